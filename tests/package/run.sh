@@ -209,6 +209,9 @@ for ipk in "${ipks[@]}"; do
 	check "$name: postinst and prerm call OpenWrt's defaults" bash -c \
 		"test -x '$x/control/postinst' && test -x '$x/control/prerm' &&
 		 grep -q '^default_postinst ' '$x/control/postinst' && grep -q '^default_prerm ' '$x/control/prerm'"
+	check "$name: prerm-pkg removes the rules on removal, not on upgrade" bash -c \
+		"grep -q 'PKG_UPGRADE}\" = \"1\" ] && exit 0' '$x/control/prerm-pkg' &&
+		 grep -q '^/usr/sbin/nodeportd --cleanup' '$x/control/prerm-pkg'"
 	check "$name: the data tree is what the Makefile installs" \
 		diff "$work/expected.full" <(tar_tree "$x/data.tar.gz" | sort)
 	check "$name: nodeportctl links to nodeportd" test "$(readlink "$x/data/usr/sbin/nodeportctl")" = nodeportd
@@ -220,7 +223,7 @@ done
 
 # --- shell files -------------------------------------------------------------------
 router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults" "$files/nodeportd.rpcd"
-	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm")
+	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/prerm-pkg")
 for f in "${router_sh[@]}"; do
 	rel=${f#"$root"/}
 	rel=${rel#"$work"/}
