@@ -214,12 +214,14 @@ build_one() {
 #!/bin/sh
 [ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0
 [ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
+# shellcheck source=/dev/null
 . "${IPKG_INSTROOT}/lib/functions.sh"
 default_postinst "$0" "$@"
 EOS
 	cat >"$ctrl/prerm" <<'EOS'
 #!/bin/sh
 [ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
+# shellcheck source=/dev/null
 . "${IPKG_INSTROOT}/lib/functions.sh"
 default_prerm "$0" "$@"
 EOS
