@@ -69,7 +69,7 @@ need() {
 	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
 }
 
-need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2
+need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2 curl:curl
 
 cargo_version=$(awk '
 	/^\[/ { in_pkg = ($0 == "[package]") }
@@ -483,7 +483,7 @@ np=$(jq -r '.object.spec.ports[0].nodePort // empty' <<<"$applied" 2>/dev/null)
 cip=$(jq -r '.object.spec.clusterIP // empty' <<<"$applied" 2>/dev/null)
 
 fetch() {
-	ip netns exec "$c" busybox wget -q -T 2 -O - "http://$1/" 2>/dev/null
+	ip netns exec "$c" curl -s -m 2 "http://$1/"
 }
 # Wait for the daemon's rules, then check that fw4 without the include drops the traffic:
 # otherwise the test below would prove nothing.
