@@ -8,6 +8,9 @@ use super::validate::{q, validate_endpoint_slice, validate_endpoints, validate_s
 use super::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Reason, Service};
 
 /// Any object nodeportd stores.
+// Short-lived (one request's objects), so the size of the Service variant costs nothing
+// worth a Box at every use.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AnyObject {
     Service(Service),
