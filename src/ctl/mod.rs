@@ -107,7 +107,7 @@ fn run(socket: &str, cmd: Command) -> Result<(), String> {
             print!("{}", args::USAGE);
             Ok(())
         }
-        Command::Apply { file, json_out } => apply(connect()?, &file, json_out),
+        Command::Apply { file, json_out } => apply(socket, &file, json_out),
         Command::Get { res, name, namespace, all_namespaces, output } => {
             let mut c = connect()?;
             let ns = if all_namespaces { None } else { Some(namespace.as_str()) };
@@ -202,13 +202,15 @@ fn print_items(
 
 /// Applies every object of the file in order on one connection. Like kubectl, a
 /// refused object does not stop the others; the exit status says something failed.
-fn apply(mut client: Client, file: &str, json_out: bool) -> Result<(), String> {
+/// The file is read and parsed first, so bad input is reported without a daemon.
+fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
     let text = read_source(file)?;
     let doc = input::parse_document(&text).map_err(|e| format!("error: {file}: {e}"))?;
     let objects = parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?;
     if objects.is_empty() {
         return Err(format!("error: no objects passed to apply ({file})"));
     }
+    let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
     let mut stored = Vec::new();
     let mut failed = 0usize;
     for obj in objects {
