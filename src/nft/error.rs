@@ -21,13 +21,7 @@ pub struct KernelError {
 
 impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} ({})",
-            self.object,
-            self.reason,
-            io::Error::from_raw_os_error(self.errno)
-        )?;
+        write!(f, "{}: {} ({})", self.object, self.reason, io::Error::from_raw_os_error(self.errno))?;
         if let Some(m) = &self.kernel_msg {
             write!(f, " [kernel: {m}]")?;
         }
@@ -71,10 +65,9 @@ impl fmt::Display for NftError {
                 Ok(())
             }
             NftError::Decode(m) => write!(f, "nf_tables: cannot parse kernel message: {m}"),
-            NftError::Timeout { waiting_for } => write!(
-                f,
-                "nf_tables: no answer from the kernel for {waiting_for} message(s)"
-            ),
+            NftError::Timeout { waiting_for } => {
+                write!(f, "nf_tables: no answer from the kernel for {waiting_for} message(s)")
+            }
         }
     }
 }

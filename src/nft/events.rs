@@ -17,12 +17,7 @@ use super::wire::{self, AttrList, MsgType, NfMsg};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TableEvent {
     /// Another process changed our table (`deleted`: the table itself is gone).
-    Changed {
-        deleted: bool,
-        generation: u32,
-        by_pid: u32,
-        by_name: Option<String>,
-    },
+    Changed { deleted: bool, generation: u32, by_pid: u32, by_name: Option<String> },
     /// Events were lost (socket buffer overrun): state unknown, resync.
     Overrun,
 }
@@ -43,9 +38,7 @@ impl EventStream {
         let io = |op| move |source| NftError::Io { op, source };
         let mut sock = TokioSocket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
         sock.socket_mut().bind_auto().map_err(io("bind"))?;
-        sock.socket_mut()
-            .add_membership(wire::NFNLGRP_NFTABLES)
-            .map_err(io("join NFNLGRP_NFTABLES"))?;
+        sock.socket_mut().add_membership(wire::NFNLGRP_NFTABLES).map_err(io("join NFNLGRP_NFTABLES"))?;
         Ok(EventStream {
             sock,
             family,

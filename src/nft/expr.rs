@@ -212,13 +212,9 @@ pub fn parse_data(a: &Attr) -> Result<Data, DecodeError> {
     }
     if let Some(v) = kids.attr(wire::data::VERDICT) {
         let vk = v.children()?;
-        let code = vk
-            .u32_of(wire::data::VERDICT_CODE)?
-            .ok_or_else(|| DecodeError::from("verdict without a code"))? as i32;
-        return Ok(Data::Verdict(KVerdict {
-            code,
-            chain: vk.str_of(wire::data::VERDICT_CHAIN)?,
-        }));
+        let code =
+            vk.u32_of(wire::data::VERDICT_CODE)?.ok_or_else(|| DecodeError::from("verdict without a code"))? as i32;
+        return Ok(Data::Verdict(KVerdict { code, chain: vk.str_of(wire::data::VERDICT_CHAIN)? }));
     }
     Err(DecodeError::from("data attribute with neither value nor verdict"))
 }
@@ -247,25 +243,14 @@ impl Expr {
 
     fn data_attrs(&self) -> Vec<Attr> {
         match self {
-            Expr::Payload {
-                dreg,
-                base,
-                offset,
-                len,
-            } => vec![
+            Expr::Payload { dreg, base, offset, len } => vec![
                 Attr::u32(PAYLOAD_DREG, *dreg),
                 Attr::u32(PAYLOAD_BASE, *base as u32),
                 Attr::u32(PAYLOAD_OFFSET, *offset),
                 Attr::u32(PAYLOAD_LEN, *len),
             ],
-            Expr::MetaLoad { key, dreg } => vec![
-                Attr::u32(META_KEY, *key as u32),
-                Attr::u32(META_DREG, *dreg),
-            ],
-            Expr::MetaSet { key, sreg } => vec![
-                Attr::u32(META_KEY, *key as u32),
-                Attr::u32(META_SREG, *sreg),
-            ],
+            Expr::MetaLoad { key, dreg } => vec![Attr::u32(META_KEY, *key as u32), Attr::u32(META_DREG, *dreg)],
+            Expr::MetaSet { key, sreg } => vec![Attr::u32(META_KEY, *key as u32), Attr::u32(META_SREG, *sreg)],
             Expr::CtLoad { key, dreg } => {
                 vec![Attr::u32(CT_KEY, *key as u32), Attr::u32(CT_DREG, *dreg)]
             }
@@ -277,25 +262,14 @@ impl Expr {
                 Attr::u32(CMP_OP, *op as u32),
                 data_attr(CMP_DATA, &Data::Value(data.clone())),
             ],
-            Expr::Bitwise {
-                sreg,
-                dreg,
-                mask,
-                xor,
-            } => vec![
+            Expr::Bitwise { sreg, dreg, mask, xor } => vec![
                 Attr::u32(BITWISE_SREG, *sreg),
                 Attr::u32(BITWISE_DREG, *dreg),
                 Attr::u32(BITWISE_LEN, mask.len() as u32),
                 data_attr(BITWISE_MASK, &Data::Value(mask.clone())),
                 data_attr(BITWISE_XOR, &Data::Value(xor.clone())),
             ],
-            Expr::Lookup {
-                set,
-                set_id,
-                sreg,
-                dreg,
-                invert,
-            } => {
+            Expr::Lookup { set, set_id, sreg, dreg, invert } => {
                 let mut v = vec![Attr::str(LOOKUP_SET, set), Attr::u32(LOOKUP_SREG, *sreg)];
                 if let Some(id) = set_id {
                     v.push(Attr::u32(LOOKUP_SET_ID, *id));
@@ -311,15 +285,8 @@ impl Expr {
             Expr::Immediate { dreg, data } => {
                 vec![Attr::u32(IMM_DREG, *dreg), data_attr(IMM_DATA, data)]
             }
-            Expr::Dnat {
-                family,
-                addr_reg,
-                proto_reg,
-            } => {
-                let mut v = vec![
-                    Attr::u32(NAT_TYPE, NAT_DNAT),
-                    Attr::u32(NAT_FAMILY, u32::from(*family)),
-                ];
+            Expr::Dnat { family, addr_reg, proto_reg } => {
+                let mut v = vec![Attr::u32(NAT_TYPE, NAT_DNAT), Attr::u32(NAT_FAMILY, u32::from(*family))];
                 if let Some(r) = addr_reg {
                     v.push(Attr::u32(NAT_REG_ADDR_MIN, *r));
                 }
@@ -341,26 +308,14 @@ impl Expr {
                 Attr::u32(NG_TYPE, NFT_NG_RANDOM),
                 Attr::u32(NG_OFFSET, 0),
             ],
-            Expr::Fib {
-                dreg,
-                result,
-                flags,
-            } => vec![
-                Attr::u32(FIB_DREG, *dreg),
-                Attr::u32(FIB_RESULT, *result),
-                Attr::u32(FIB_FLAGS, *flags),
-            ],
+            Expr::Fib { dreg, result, flags } => {
+                vec![Attr::u32(FIB_DREG, *dreg), Attr::u32(FIB_RESULT, *result), Attr::u32(FIB_FLAGS, *flags)]
+            }
             Expr::Counter => vec![Attr::u64(COUNTER_BYTES, 0), Attr::u64(COUNTER_PACKETS, 0)],
-            Expr::Reject { kind, code } => vec![
-                Attr::u32(REJECT_TYPE, *kind),
-                Attr::bytes(REJECT_ICMP_CODE, vec![*code]),
-            ],
-            Expr::Dynset {
-                set,
-                set_id,
-                sreg_key,
-                timeout_ms,
-            } => {
+            Expr::Reject { kind, code } => {
+                vec![Attr::u32(REJECT_TYPE, *kind), Attr::bytes(REJECT_ICMP_CODE, vec![*code])]
+            }
+            Expr::Dynset { set, set_id, sreg_key, timeout_ms } => {
                 let mut v = vec![
                     Attr::str(DYNSET_SET_NAME, set),
                     Attr::u32(DYNSET_OP, NFT_DYNSET_OP_UPDATE),
@@ -391,28 +346,23 @@ impl Expr {
     /// Parses one `NFTA_LIST_ELEM` of a dumped rule.
     pub fn parse(elem: &Attr) -> Result<Expr, DecodeError> {
         let kids = elem.children()?;
-        let name = kids
-            .str_of(wire::expr::NAME)?
-            .ok_or_else(|| DecodeError::from("expression without a name"))?;
+        let name = kids.str_of(wire::expr::NAME)?.ok_or_else(|| DecodeError::from("expression without a name"))?;
         let d = match kids.attr(wire::expr::DATA) {
             Some(d) => d.children()?,
             None => vec![],
         };
         let req = |k: u16| -> Result<u32, DecodeError> {
-            d.u32_of(k)?
-                .ok_or_else(|| DecodeError::from(format!("{name} expression lacks attribute {k}")))
+            d.u32_of(k)?.ok_or_else(|| DecodeError::from(format!("{name} expression lacks attribute {k}")))
         };
         let value = |k: u16| -> Result<Vec<u8>, DecodeError> {
             match d.attr(k) {
                 Some(a) => match parse_data(a)? {
                     Data::Value(v) => Ok(v),
-                    Data::Verdict(_) => Err(DecodeError::from(format!(
-                        "{name} expression: verdict where a value belongs"
-                    ))),
+                    Data::Verdict(_) => {
+                        Err(DecodeError::from(format!("{name} expression: verdict where a value belongs")))
+                    }
                 },
-                None => Err(DecodeError::from(format!(
-                    "{name} expression lacks attribute {k}"
-                ))),
+                None => Err(DecodeError::from(format!("{name} expression lacks attribute {k}"))),
             }
         };
         let meta_key = |k: u32| match k {
@@ -438,17 +388,11 @@ impl Expr {
                     _ => return Ok(other),
                 };
                 match d.u32_of(PAYLOAD_DREG)? {
-                    Some(dreg) => Expr::Payload {
-                        dreg,
-                        base,
-                        offset: req(PAYLOAD_OFFSET)?,
-                        len: req(PAYLOAD_LEN)?,
-                    },
+                    Some(dreg) => Expr::Payload { dreg, base, offset: req(PAYLOAD_OFFSET)?, len: req(PAYLOAD_LEN)? },
                     None => other,
                 }
             }
-            "meta" => match (meta_key(req(META_KEY)?), d.u32_of(META_DREG)?, d.u32_of(META_SREG)?)
-            {
+            "meta" => match (meta_key(req(META_KEY)?), d.u32_of(META_DREG)?, d.u32_of(META_SREG)?) {
                 (Some(key), Some(dreg), _) => Expr::MetaLoad { key, dreg },
                 (Some(key), None, Some(sreg)) => Expr::MetaSet { key, sreg },
                 _ => other,
@@ -497,25 +441,15 @@ impl Expr {
                 addr_reg: d.u32_of(NAT_REG_ADDR_MIN)?,
                 proto_reg: d.u32_of(NAT_REG_PROTO_MIN)?,
             },
-            "masq" => Expr::Masq {
-                flags: d.u32_of(MASQ_FLAGS)?.unwrap_or(0),
-            },
-            "numgen" if d.u32_of(NG_TYPE)? == Some(NFT_NG_RANDOM) => Expr::Numgen {
-                dreg: req(NG_DREG)?,
-                modulus: req(NG_MODULUS)?,
-            },
-            "fib" => Expr::Fib {
-                dreg: req(FIB_DREG)?,
-                result: req(FIB_RESULT)?,
-                flags: req(FIB_FLAGS)?,
-            },
+            "masq" => Expr::Masq { flags: d.u32_of(MASQ_FLAGS)?.unwrap_or(0) },
+            "numgen" if d.u32_of(NG_TYPE)? == Some(NFT_NG_RANDOM) => {
+                Expr::Numgen { dreg: req(NG_DREG)?, modulus: req(NG_MODULUS)? }
+            }
+            "fib" => Expr::Fib { dreg: req(FIB_DREG)?, result: req(FIB_RESULT)?, flags: req(FIB_FLAGS)? },
             "counter" => Expr::Counter,
             "reject" => Expr::Reject {
                 kind: req(REJECT_TYPE)?,
-                code: d
-                    .attr(REJECT_ICMP_CODE)
-                    .and_then(|a| a.payload().first().copied())
-                    .unwrap_or(0),
+                code: d.attr(REJECT_ICMP_CODE).and_then(|a| a.payload().first().copied()).unwrap_or(0),
             },
             "dynset" => Expr::Dynset {
                 set: d.str_of(DYNSET_SET_NAME)?.unwrap_or_default(),
@@ -544,58 +478,20 @@ mod tests {
     #[test]
     fn expressions_round_trip() {
         let exprs = vec![
-            Expr::Payload {
-                dreg: 8,
-                base: PayloadBase::Network,
-                offset: 16,
-                len: 4,
-            },
-            Expr::MetaLoad {
-                key: MetaKey::L4Proto,
-                dreg: 9,
-            },
-            Expr::Cmp {
-                sreg: 8,
-                op: CmpOp::Neq,
-                data: vec![6],
-            },
-            Expr::Lookup {
-                set: "service-ips".into(),
-                set_id: None,
-                sreg: 8,
-                dreg: Some(0),
-                invert: false,
-            },
+            Expr::Payload { dreg: 8, base: PayloadBase::Network, offset: 16, len: 4 },
+            Expr::MetaLoad { key: MetaKey::L4Proto, dreg: 9 },
+            Expr::Cmp { sreg: 8, op: CmpOp::Neq, data: vec![6] },
+            Expr::Lookup { set: "service-ips".into(), set_id: None, sreg: 8, dreg: Some(0), invert: false },
             Expr::Immediate {
                 dreg: 0,
-                data: Data::Verdict(KVerdict {
-                    code: wire::verdict::GOTO,
-                    chain: Some("svc-x".into()),
-                }),
+                data: Data::Verdict(KVerdict { code: wire::verdict::GOTO, chain: Some("svc-x".into()) }),
             },
-            Expr::Dnat {
-                family: wire::NFPROTO_IPV6,
-                addr_reg: Some(8),
-                proto_reg: Some(12),
-            },
-            Expr::Masq {
-                flags: NF_NAT_RANGE_PROTO_RANDOM_FULLY,
-            },
-            Expr::Numgen {
-                dreg: 8,
-                modulus: 3,
-            },
+            Expr::Dnat { family: wire::NFPROTO_IPV6, addr_reg: Some(8), proto_reg: Some(12) },
+            Expr::Masq { flags: NF_NAT_RANGE_PROTO_RANDOM_FULLY },
+            Expr::Numgen { dreg: 8, modulus: 3 },
             Expr::Counter,
-            Expr::Reject {
-                kind: NFT_REJECT_ICMPX_UNREACH,
-                code: NFT_REJECT_ICMPX_ADMIN_PROHIBITED,
-            },
-            Expr::Dynset {
-                set: "aff".into(),
-                set_id: None,
-                sreg_key: 8,
-                timeout_ms: Some(10_800_000),
-            },
+            Expr::Reject { kind: NFT_REJECT_ICMPX_UNREACH, code: NFT_REJECT_ICMPX_ADMIN_PROHIBITED },
+            Expr::Dynset { set: "aff".into(), set_id: None, sreg_key: 8, timeout_ms: Some(10_800_000) },
         ];
         for e in exprs {
             assert_eq!(round_trip(e.clone()), e);
@@ -604,13 +500,7 @@ mod tests {
 
     #[test]
     fn verdict_code_is_big_endian_signed() {
-        let a = data_attr(
-            IMM_DATA,
-            &Data::Verdict(KVerdict {
-                code: wire::verdict::JUMP,
-                chain: None,
-            }),
-        );
+        let a = data_attr(IMM_DATA, &Data::Verdict(KVerdict { code: wire::verdict::JUMP, chain: None }));
         let mut buf = vec![0u8; a.buffer_len()];
         a.emit(&mut buf);
         // outer(4) + verdict nest(4) + code attr header(4) + -3 as be32

@@ -103,28 +103,18 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
             }
             None => None,
         };
-        chains.push(KernelChain {
-            name,
-            hook,
-            rules: vec![],
-        });
+        chains.push(KernelChain { name, hook, rules: vec![] });
     }
-    let rules = sock
-        .dump(NfMsg::new(MsgType::GetRule, family, vec![Attr::str(wire::rule::TABLE, table)]))
-        .await?;
+    let rules = sock.dump(NfMsg::new(MsgType::GetRule, family, vec![Attr::str(wire::rule::TABLE, table)])).await?;
     for m in rules {
         if m.attrs.str_of(wire::rule::TABLE).map_err(dec)?.as_deref() != Some(table) {
             continue;
         }
         let chain = m.attrs.str_of(wire::rule::CHAIN).map_err(dec)?.unwrap_or_default();
         let exprs = match m.attrs.attr(wire::rule::EXPRESSIONS) {
-            Some(l) => l
-                .children()
-                .map_err(dec)?
-                .iter()
-                .map(Expr::parse)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(dec)?,
+            Some(l) => {
+                l.children().map_err(dec)?.iter().map(Expr::parse).collect::<Result<Vec<_>, _>>().map_err(dec)?
+            }
             None => vec![],
         };
         let rule = KernelRule {
@@ -137,9 +127,7 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
         }
     }
     let mut sets = Vec::new();
-    let dumped = sock
-        .dump(NfMsg::new(MsgType::GetSet, family, vec![Attr::str(wire::set::TABLE, table)]))
-        .await?;
+    let dumped = sock.dump(NfMsg::new(MsgType::GetSet, family, vec![Attr::str(wire::set::TABLE, table)])).await?;
     for m in dumped {
         if m.attrs.str_of(wire::set::TABLE).map_err(dec)?.as_deref() != Some(table) {
             continue;
@@ -153,10 +141,7 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
         let req = NfMsg::new(
             MsgType::GetSetElem,
             family,
-            vec![
-                Attr::str(wire::elem::LIST_TABLE, table),
-                Attr::str(wire::elem::LIST_SET, &name),
-            ],
+            vec![Attr::str(wire::elem::LIST_TABLE, table), Attr::str(wire::elem::LIST_SET, &name)],
         );
         for em in sock.dump(req).await? {
             if let Some(list) = em.attrs.attr(wire::elem::LIST_ELEMENTS) {
@@ -181,25 +166,10 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
 /// Makes kernel-assigned details comparable with what we send.
 fn normalize(e: &Expr) -> Expr {
     match e {
-        Expr::Lookup {
-            set,
-            sreg,
-            dreg,
-            invert,
-            ..
-        } if set.starts_with("__") => Expr::Lookup {
-            set: "__anonymous".into(),
-            set_id: None,
-            sreg: *sreg,
-            dreg: *dreg,
-            invert: *invert,
-        },
-        Expr::Dynset {
-            set,
-            sreg_key,
-            timeout_ms,
-            ..
-        } => Expr::Dynset {
+        Expr::Lookup { set, sreg, dreg, invert, .. } if set.starts_with("__") => {
+            Expr::Lookup { set: "__anonymous".into(), set_id: None, sreg: *sreg, dreg: *dreg, invert: *invert }
+        }
+        Expr::Dynset { set, sreg_key, timeout_ms, .. } => Expr::Dynset {
             set: set.clone(),
             set_id: None,
             sreg_key: *sreg_key,

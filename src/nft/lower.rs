@@ -83,11 +83,7 @@ const MAX_ELEMS_BYTES: usize = 48 * 1024;
 
 impl Lowerer {
     pub fn new(family: Option<Family>, table: &str) -> Self {
-        Lowerer {
-            family: family_code(family),
-            table: table.to_string(),
-            next_set_id: 1,
-        }
+        Lowerer { family: family_code(family), table: table.to_string(), next_set_id: 1 }
     }
 
     fn msg(&self, t: MsgType, attrs: Vec<Attr>) -> NfMsg {
@@ -114,10 +110,7 @@ impl Lowerer {
     }
 
     pub fn new_chain(&self, c: &Chain) -> Op {
-        let mut attrs = vec![
-            Attr::str(wire::chain::TABLE, &self.table),
-            Attr::str(wire::chain::NAME, &c.name),
-        ];
+        let mut attrs = vec![Attr::str(wire::chain::TABLE, &self.table), Attr::str(wire::chain::NAME, &c.name)];
         if let Some(b) = &c.base {
             attrs.push(Attr::nested(
                 wire::chain::HOOK,
@@ -143,11 +136,7 @@ impl Lowerer {
         if let Some(cm) = &c.comment {
             attrs.push(Attr::bytes(wire::chain::USERDATA, udata_comment(UDATA_CHAIN_COMMENT, cm)));
         }
-        Op {
-            msg: self.msg(MsgType::NewChain, attrs),
-            flags: NLM_F_CREATE,
-            object: Object::Chain(c.name.clone()),
-        }
+        Op { msg: self.msg(MsgType::NewChain, attrs), flags: NLM_F_CREATE, object: Object::Chain(c.name.clone()) }
     }
 
     pub fn del_chain(&self, name: &str) -> Op {
@@ -173,11 +162,8 @@ impl Lowerer {
         }
     }
 
-    pub fn new_set(&self, s: &Set) -> Result<Op, LowerError> {
-        let err = |reason: String| LowerError {
-            object: format!("set {}", s.name),
-            reason,
-        };
+    pub fn new_set(&mut self, s: &Set) -> Result<Op, LowerError> {
+        let err = |reason: String| LowerError { object: format!("set {}", s.name), reason };
         if s.key.is_empty() {
             return Err(err("the key has no types".into()));
         }
@@ -194,7 +180,10 @@ impl Lowerer {
         if s.flags.constant {
             flags |= wire::set::F_CONSTANT;
         }
-        if s.key.len() > 1 {
+        // Field lengths matter only to the interval backend for concatenations
+        // (pipapo); nft sends them only there, and hash sets refuse the flag.
+        let concat_desc = s.key.len() > 1 && s.flags.interval;
+        if concat_desc {
             flags |= wire::set::F_CONCAT;
         }
         if s.data.is_some() {
@@ -206,11 +195,13 @@ impl Lowerer {
             Attr::u32(wire::set::FLAGS, flags),
             Attr::u32(wire::set::KEY_TYPE, key_type_id(&s.key)),
             Attr::u32(wire::set::KEY_LEN, key_len(&s.key) as u32),
+            // The kernel requires an id on every new set (rules in the same
+            // batch may refer to a set by it).
+            Attr::u32(wire::set::ID, self.next_set_id),
         ];
+        self.next_set_id += 1;
         match s.data {
-            Some(DataType::Verdict) => {
-                attrs.push(Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT))
-            }
+            Some(DataType::Verdict) => attrs.push(Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT)),
             Some(d) => {
                 attrs.push(Attr::u32(wire::set::DATA_TYPE, type_id(d)));
                 attrs.push(Attr::u32(wire::set::DATA_LEN, type_len(d) as u32));
@@ -220,38 +211,24 @@ impl Lowerer {
         if let Some(t) = s.timeout {
             attrs.push(Attr::u64(wire::set::TIMEOUT, u64::from(t) * 1000));
         }
-        if s.key.len() > 1 {
+        if concat_desc {
             let fields = s
                 .key
                 .iter()
-                .map(|t| {
-                    Attr::nested(
-                        wire::LIST_ELEM,
-                        vec![Attr::u32(wire::set::FIELD_LEN, type_len(*t) as u32)],
-                    )
-                })
+                .map(|t| Attr::nested(wire::LIST_ELEM, vec![Attr::u32(wire::set::FIELD_LEN, type_len(*t) as u32)]))
                 .collect();
-            attrs.push(Attr::nested(
-                wire::set::DESC,
-                vec![Attr::nested(wire::set::DESC_CONCAT, fields)],
-            ));
+            attrs.push(Attr::nested(wire::set::DESC, vec![Attr::nested(wire::set::DESC_CONCAT, fields)]));
         }
         if let Some(cm) = &s.comment {
             attrs.push(Attr::bytes(wire::set::USERDATA, udata_comment(UDATA_SET_COMMENT, cm)));
         }
-        Ok(Op {
-            msg: self.msg(MsgType::NewSet, attrs),
-            flags: NLM_F_CREATE,
-            object: Object::Set(s.name.clone()),
-        })
+        Ok(Op { msg: self.msg(MsgType::NewSet, attrs), flags: NLM_F_CREATE, object: Object::Set(s.name.clone()) })
     }
 
     pub fn del_set(&self, name: &str) -> Op {
         Op {
-            msg: self.msg(
-                MsgType::DelSet,
-                vec![Attr::str(wire::set::TABLE, &self.table), Attr::str(wire::set::NAME, name)],
-            ),
+            msg: self
+                .msg(MsgType::DelSet, vec![Attr::str(wire::set::TABLE, &self.table), Attr::str(wire::set::NAME, name)]),
             flags: 0,
             object: Object::Set(name.to_string()),
         }
@@ -274,28 +251,15 @@ impl Lowerer {
         let mut size = 0;
         let flush = |chunk: Vec<Attr>, ops: &mut Vec<Op>| {
             let count = chunk.len();
-            let mut attrs = vec![
-                Attr::str(wire::elem::LIST_TABLE, &self.table),
-                Attr::str(wire::elem::LIST_SET, set),
-            ];
+            let mut attrs = vec![Attr::str(wire::elem::LIST_TABLE, &self.table), Attr::str(wire::elem::LIST_SET, set)];
             if let Some(id) = set_id {
                 attrs.push(Attr::u32(wire::elem::LIST_SET_ID, id));
             }
             attrs.push(Attr::nested(wire::elem::LIST_ELEMENTS, chunk));
             ops.push(Op {
-                msg: self.msg(
-                    if add {
-                        MsgType::NewSetElem
-                    } else {
-                        MsgType::DelSetElem
-                    },
-                    attrs,
-                ),
+                msg: self.msg(if add { MsgType::NewSetElem } else { MsgType::DelSetElem }, attrs),
                 flags: if add { NLM_F_CREATE } else { 0 },
-                object: Object::Elements {
-                    set: set.to_string(),
-                    count,
-                },
+                object: Object::Elements { set: set.to_string(), count },
             });
         };
         for a in encoded {
@@ -315,20 +279,10 @@ impl Lowerer {
 
     /// The messages of one rule: anonymous maps it needs, then `NEWRULE`.
     pub fn rule(&mut self, chain: &str, index: usize, r: &Rule) -> Result<Vec<Op>, LowerError> {
-        let mut rl = RuleLowering {
-            l: self,
-            chain,
-            index,
-            exprs: Vec::new(),
-            pre: Vec::new(),
-            nfproto: None,
-            l4proto: false,
-        };
+        let mut rl =
+            RuleLowering { l: self, chain, index, exprs: Vec::new(), pre: Vec::new(), nfproto: None, l4proto: false };
         for s in &r.stmts {
-            rl.stmt(s).map_err(|reason| LowerError {
-                object: format!("rule #{index} of chain {chain}"),
-                reason,
-            })?;
+            rl.stmt(s).map_err(|reason| LowerError { object: format!("rule #{index} of chain {chain}"), reason })?;
         }
         let RuleLowering { exprs, mut pre, .. } = rl;
         let mut attrs = vec![
@@ -342,10 +296,7 @@ impl Lowerer {
         pre.push(Op {
             msg: self.msg(MsgType::NewRule, attrs),
             flags: NLM_F_CREATE | NLM_F_APPEND,
-            object: Object::Rule {
-                chain: chain.to_string(),
-                index,
-            },
+            object: Object::Rule { chain: chain.to_string(), index },
         });
         Ok(pre)
     }
@@ -362,10 +313,7 @@ impl Lowerer {
             l4proto: false,
         };
         for s in &r.stmts {
-            rl.stmt(s).map_err(|reason| LowerError {
-                object: "rule".into(),
-                reason,
-            })?;
+            rl.stmt(s).map_err(|reason| LowerError { object: "rule".into(), reason })?;
         }
         Ok(rl.exprs)
     }
@@ -405,6 +353,28 @@ pub fn parse_udata_comment(b: &[u8], kind: u8) -> Option<String> {
 
 pub fn rule_comment(udata: &[u8]) -> Option<String> {
     parse_udata_comment(udata, UDATA_RULE_COMMENT)
+}
+
+/// libnftnl's `NFTNL_UDATA_SET_KEYBYTEORDER`: how `nft list` should read an
+/// anonymous map's integer keys (the kernel does not care).
+fn udata_key_byteorder(key: &Field) -> Vec<u8> {
+    const UDATA_SET_KEYBYTEORDER: u8 = 0;
+    const BYTEORDER_HOST_ENDIAN: u32 = 1;
+    const BYTEORDER_BIG_ENDIAN: u32 = 2;
+    let order = match key {
+        Field::NumgenRandom(_)
+        | Field::MetaMark
+        | Field::CtMark
+        | Field::CtState
+        | Field::CtStatus
+        | Field::FibDaddrType
+        | Field::L4Proto
+        | Field::NfProto => BYTEORDER_HOST_ENDIAN,
+        _ => BYTEORDER_BIG_ENDIAN,
+    };
+    let mut v = vec![UDATA_SET_KEYBYTEORDER, 4];
+    v.extend(wire::host_u32(order));
+    v
 }
 
 fn hook_num(h: Hook) -> u32 {
@@ -477,11 +447,7 @@ fn encode_typed(t: DataType, v: &Value) -> Result<Vec<u8>, String> {
 
 fn encode_key(types: &[DataType], values: &[Value]) -> Result<Vec<u8>, String> {
     if types.len() != values.len() {
-        return Err(format!(
-            "key {values:?} has {} part(s), the set's key has {}",
-            values.len(),
-            types.len()
-        ));
+        return Err(format!("key {values:?} has {} part(s), the set's key has {}", values.len(), types.len()));
     }
     if types.len() == 1 {
         return encode_typed(types[0], &values[0]);
@@ -509,10 +475,7 @@ fn kverdict(v: &Verdict) -> KVerdict {
 
 /// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set).
 fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
-    let err = |reason: String| LowerError {
-        object: format!("element {:?} of set {}", e.key, set.name),
-        reason,
-    };
+    let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
     let mut attrs = Vec::new();
     let mut end: Option<Vec<u8>> = None;
     let key = match (set.key.as_slice(), e.key.as_slice()) {
@@ -532,14 +495,11 @@ fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerEr
             (Some(DataType::Verdict), Some(ElementData::Verdict(v))) => {
                 attrs.push(expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(v))))
             }
-            (Some(t), Some(ElementData::Value(v))) => attrs.push(expr::data_attr(
-                wire::elem::DATA,
-                &Data::Value(encode_typed(*t, v).map_err(err)?),
-            )),
-            (None, None) => {}
-            (want, got) => {
-                return Err(err(format!("element data {got:?} does not fit the set's data {want:?}")))
+            (Some(t), Some(ElementData::Value(v))) => {
+                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_typed(*t, v).map_err(err)?)))
             }
+            (None, None) => {}
+            (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
         }
         if let Some(t) = e.timeout {
             attrs.push(Attr::u64(wire::elem::TIMEOUT, u64::from(t) * 1000));
@@ -697,15 +657,8 @@ impl RuleLowering<'_, '_> {
         }
         if let Some(p) = field_nfproto(f) {
             if self.nfproto != Some(p) {
-                self.exprs.push(Expr::MetaLoad {
-                    key: MetaKey::NfProto,
-                    dreg: REG32_00,
-                });
-                self.exprs.push(Expr::Cmp {
-                    sreg: REG32_00,
-                    op: KCmp::Eq,
-                    data: vec![p],
-                });
+                self.exprs.push(Expr::MetaLoad { key: MetaKey::NfProto, dreg: REG32_00 });
+                self.exprs.push(Expr::Cmp { sreg: REG32_00, op: KCmp::Eq, data: vec![p] });
                 self.nfproto = Some(p);
             }
         }
@@ -713,23 +666,13 @@ impl RuleLowering<'_, '_> {
 
     fn load_one(&mut self, l: Load, reg: u32) {
         self.exprs.push(match l {
-            Load::Payload(base, offset, len) => Expr::Payload {
-                dreg: reg,
-                base,
-                offset,
-                len,
-            },
+            Load::Payload(base, offset, len) => Expr::Payload { dreg: reg, base, offset, len },
             Load::Meta(key, _) => Expr::MetaLoad { key, dreg: reg },
             Load::Ct(key) => Expr::CtLoad { key, dreg: reg },
-            Load::FibDaddrType => Expr::Fib {
-                dreg: reg,
-                result: expr::NFT_FIB_RESULT_ADDRTYPE,
-                flags: expr::NFTA_FIB_F_DADDR,
-            },
-            Load::Numgen(m) => Expr::Numgen {
-                dreg: reg,
-                modulus: m,
-            },
+            Load::FibDaddrType => {
+                Expr::Fib { dreg: reg, result: expr::NFT_FIB_RESULT_ADDRTYPE, flags: expr::NFTA_FIB_F_DADDR }
+            }
+            Load::Numgen(m) => Expr::Numgen { dreg: reg, modulus: m },
         });
     }
 
@@ -809,21 +752,11 @@ impl RuleLowering<'_, '_> {
                 };
                 self.load(field)?;
                 if mask.iter().any(|&b| b != 0xff) {
-                    self.exprs.push(Expr::Bitwise {
-                        sreg: REG32_00,
-                        dreg: REG32_00,
-                        xor: vec![0; mask.len()],
-                        mask,
-                    });
+                    self.exprs.push(Expr::Bitwise { sreg: REG32_00, dreg: REG32_00, xor: vec![0; mask.len()], mask });
                 }
                 self.cmp(if *negate { CmpOp::Ne } else { CmpOp::Eq }, addr);
             }
-            Stmt::Bits {
-                field,
-                mask,
-                value,
-                negate,
-            } => {
+            Stmt::Bits { field, mask, value, negate } => {
                 if self.load(field)? != 4 {
                     return Err(format!("bit test on {field:?}, which is not 32 bits"));
                 }
@@ -865,19 +798,10 @@ impl RuleLowering<'_, '_> {
             Stmt::VmapInline { key, entries } => self.vmap_inline(key, entries)?,
             Stmt::SetUpdate { set, key } => {
                 self.load(key)?;
-                self.exprs.push(Expr::Dynset {
-                    set: set.clone(),
-                    set_id: None,
-                    sreg_key: REG32_00,
-                    timeout_ms: None,
-                });
+                self.exprs.push(Expr::Dynset { set: set.clone(), set_id: None, sreg_key: REG32_00, timeout_ms: None });
             }
             Stmt::MarkOr { field, bits } | Stmt::MarkAndNot { field, bits } => {
-                let xor = if matches!(s, Stmt::MarkOr { .. }) {
-                    *bits
-                } else {
-                    0
-                };
+                let xor = if matches!(s, Stmt::MarkOr { .. }) { *bits } else { 0 };
                 self.load(field)?;
                 self.exprs.push(Expr::Bitwise {
                     sreg: REG32_00,
@@ -886,14 +810,8 @@ impl RuleLowering<'_, '_> {
                     xor: host_u32(xor),
                 });
                 self.exprs.push(match field {
-                    Field::MetaMark => Expr::MetaSet {
-                        key: MetaKey::Mark,
-                        sreg: REG32_00,
-                    },
-                    Field::CtMark => Expr::CtSet {
-                        key: CtKey::Mark,
-                        sreg: REG32_00,
-                    },
+                    Field::MetaMark => Expr::MetaSet { key: MetaKey::Mark, sreg: REG32_00 },
+                    Field::CtMark => Expr::CtSet { key: CtKey::Mark, sreg: REG32_00 },
                     other => return Err(format!("cannot set {other:?}")),
                 });
             }
@@ -906,29 +824,15 @@ impl RuleLowering<'_, '_> {
                     return Err(format!("dnat to {addr} in a table of another family"));
                 }
                 let port_reg = REG32_00 + bytes.len() as u32 / 4;
-                self.exprs.push(Expr::Immediate {
-                    dreg: REG32_00,
-                    data: Data::Value(bytes),
-                });
+                self.exprs.push(Expr::Immediate { dreg: REG32_00, data: Data::Value(bytes) });
                 if let Some(p) = port {
-                    self.exprs.push(Expr::Immediate {
-                        dreg: port_reg,
-                        data: Data::Value(net_u16(*p)),
-                    });
+                    self.exprs.push(Expr::Immediate { dreg: port_reg, data: Data::Value(net_u16(*p)) });
                 }
-                self.exprs.push(Expr::Dnat {
-                    family,
-                    addr_reg: Some(REG32_00),
-                    proto_reg: port.map(|_| port_reg),
-                });
+                self.exprs.push(Expr::Dnat { family, addr_reg: Some(REG32_00), proto_reg: port.map(|_| port_reg) });
             }
-            Stmt::Masquerade { fully_random } => self.exprs.push(Expr::Masq {
-                flags: if *fully_random {
-                    expr::NF_NAT_RANGE_PROTO_RANDOM_FULLY
-                } else {
-                    0
-                },
-            }),
+            Stmt::Masquerade { fully_random } => self
+                .exprs
+                .push(Expr::Masq { flags: if *fully_random { expr::NF_NAT_RANGE_PROTO_RANDOM_FULLY } else { 0 } }),
             Stmt::Reject(kind) => {
                 let e = match (kind, self.l.family) {
                     (RejectKind::TcpReset, _) => {
@@ -937,15 +841,11 @@ impl RuleLowering<'_, '_> {
                             self.cmp(CmpOp::Eq, vec![6]);
                             self.l4proto = true;
                         }
-                        Expr::Reject {
-                            kind: expr::NFT_REJECT_TCP_RST,
-                            code: 0,
-                        }
+                        Expr::Reject { kind: expr::NFT_REJECT_TCP_RST, code: 0 }
                     }
-                    (RejectKind::Default, wire::NFPROTO_INET) => Expr::Reject {
-                        kind: expr::NFT_REJECT_ICMPX_UNREACH,
-                        code: expr::NFT_REJECT_ICMPX_PORT_UNREACH,
-                    },
+                    (RejectKind::Default, wire::NFPROTO_INET) => {
+                        Expr::Reject { kind: expr::NFT_REJECT_ICMPX_UNREACH, code: expr::NFT_REJECT_ICMPX_PORT_UNREACH }
+                    }
                     (RejectKind::IcmpxAdminProhibited, wire::NFPROTO_INET) => Expr::Reject {
                         kind: expr::NFT_REJECT_ICMPX_UNREACH,
                         code: expr::NFT_REJECT_ICMPX_ADMIN_PROHIBITED,
@@ -953,18 +853,15 @@ impl RuleLowering<'_, '_> {
                     // ICMP(v6) "port unreachable" / "admin prohibited" codes per family.
                     (RejectKind::Default, wire::NFPROTO_IPV4) => Expr::Reject { kind: 0, code: 3 },
                     (RejectKind::Default, _) => Expr::Reject { kind: 0, code: 4 },
-                    (RejectKind::IcmpxAdminProhibited, wire::NFPROTO_IPV4) => {
-                        Expr::Reject { kind: 0, code: 13 }
-                    }
+                    (RejectKind::IcmpxAdminProhibited, wire::NFPROTO_IPV4) => Expr::Reject { kind: 0, code: 13 },
                     (RejectKind::IcmpxAdminProhibited, _) => Expr::Reject { kind: 0, code: 1 },
                 };
                 self.exprs.push(e);
             }
             Stmt::Counter => self.exprs.push(Expr::Counter),
-            Stmt::Verdict(v) => self.exprs.push(Expr::Immediate {
-                dreg: REG_VERDICT,
-                data: Data::Verdict(kverdict(v)),
-            }),
+            Stmt::Verdict(v) => {
+                self.exprs.push(Expr::Immediate { dreg: REG_VERDICT, data: Data::Verdict(kverdict(v)) })
+            }
         }
         Ok(())
     }
@@ -990,31 +887,22 @@ impl RuleLowering<'_, '_> {
                 ],
             ));
         }
-        let object = Object::AnonSet {
-            chain: self.chain.to_string(),
-            index: self.index,
-        };
+        let object = Object::AnonSet { chain: self.chain.to_string(), index: self.index };
         let set = self.l.msg(
             MsgType::NewSet,
             vec![
                 Attr::str(wire::set::TABLE, &self.l.table),
                 Attr::str(wire::set::NAME, name),
-                Attr::u32(
-                    wire::set::FLAGS,
-                    wire::set::F_ANONYMOUS | wire::set::F_CONSTANT | wire::set::F_MAP,
-                ),
+                Attr::u32(wire::set::FLAGS, wire::set::F_ANONYMOUS | wire::set::F_CONSTANT | wire::set::F_MAP),
                 Attr::u32(wire::set::KEY_TYPE, type_id),
                 Attr::u32(wire::set::KEY_LEN, klen as u32),
                 Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT),
                 Attr::u32(wire::set::ID, id),
                 Attr::nested(wire::set::DESC, vec![Attr::u32(wire::set::DESC_SIZE, entries.len() as u32)]),
+                Attr::bytes(wire::set::USERDATA, udata_key_byteorder(key)),
             ],
         );
-        self.pre.push(Op {
-            msg: set,
-            flags: NLM_F_CREATE,
-            object: object.clone(),
-        });
+        self.pre.push(Op { msg: set, flags: NLM_F_CREATE, object: object.clone() });
         if !keys.is_empty() {
             for mut op in self.l.element_ops(name, Some(id), keys, true) {
                 op.object = object.clone();
@@ -1042,11 +930,7 @@ mod tests {
     fn concat_key_is_padded_to_registers() {
         let key = encode_key(
             &[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService],
-            &[
-                Value::Addr(IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10))),
-                Value::Proto(6),
-                Value::Port(80),
-            ],
+            &[Value::Addr(IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10))), Value::Proto(6), Value::Port(80)],
         )
         .unwrap();
         assert_eq!(key, vec![10, 96, 0, 10, 6, 0, 0, 0, 0, 80, 0, 0]);
@@ -1054,18 +938,12 @@ mod tests {
             key_type_id(&[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService]),
             (7 << 12) | (12 << 6) | 13
         );
-        assert_eq!(
-            key_len(&[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService]),
-            12
-        );
+        assert_eq!(key_len(&[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService]), 12);
     }
 
     #[test]
     fn marks_are_host_order_ports_network_order() {
-        assert_eq!(
-            encode_for_field(&Field::MetaMark, &Value::Mark(0x4000)).unwrap(),
-            0x4000u32.to_ne_bytes().to_vec()
-        );
+        assert_eq!(encode_for_field(&Field::MetaMark, &Value::Mark(0x4000)).unwrap(), 0x4000u32.to_ne_bytes().to_vec());
         assert_eq!(encode_for_field(&Field::ThDport, &Value::Port(443)).unwrap(), vec![1, 0xbb]);
     }
 
@@ -1079,28 +957,14 @@ mod tests {
                     op: CmpOp::Eq,
                     value: CmpValue::Value(Value::Addr(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)))),
                 },
-                Stmt::InPrefix {
-                    field: Field::IpSaddr,
-                    net: "198.18.0.0/15".parse().unwrap(),
-                    negate: true,
-                },
+                Stmt::InPrefix { field: Field::IpSaddr, net: "198.18.0.0/15".parse().unwrap(), negate: true },
             ],
             comment: None,
         };
         let e = l.rule_exprs(&r).unwrap();
-        let deps = e
-            .iter()
-            .filter(|x| matches!(x, Expr::MetaLoad { key: MetaKey::NfProto, .. }))
-            .count();
+        let deps = e.iter().filter(|x| matches!(x, Expr::MetaLoad { key: MetaKey::NfProto, .. })).count();
         assert_eq!(deps, 1);
-        assert_eq!(
-            e.last(),
-            Some(&Expr::Cmp {
-                sreg: REG32_00,
-                op: KCmp::Neq,
-                data: vec![198, 18, 0, 0]
-            })
-        );
+        assert_eq!(e.last(), Some(&Expr::Cmp { sreg: REG32_00, op: KCmp::Neq, data: vec![198, 18, 0, 0] }));
     }
 
     #[test]

@@ -6,12 +6,11 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
 use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, TokioSocket};
 
-use super::error::{expr_module, explain, KernelError, NftError};
+use super::error::{explain, expr_module, KernelError, NftError};
 use super::expr::{Data, Expr};
 use super::lower::{Object, Op};
 use super::wire::{self, AttrList, MsgType, NfMsg};
@@ -78,8 +77,8 @@ pub(crate) fn split(buf: &[u8]) -> Result<Vec<NetlinkMessage<NfMsg>>, NftError> 
         if len < NLMSG_HDRLEN || off + len > buf.len() {
             return Err(NftError::Decode(format!("netlink message length {len} at offset {off}")));
         }
-        let m = NetlinkMessage::<NfMsg>::deserialize(&buf[off..off + len])
-            .map_err(|e| NftError::Decode(e.to_string()))?;
+        let m =
+            NetlinkMessage::<NfMsg>::deserialize(&buf[off..off + len]).map_err(|e| NftError::Decode(e.to_string()))?;
         out.push(m);
         off += len.div_ceil(4) * 4;
     }
@@ -123,11 +122,7 @@ impl NftSocket {
             return Ok(());
         }
         let want = need.max(256 * 1024).min(i32::MAX as usize / 2);
-        let opt = if send {
-            libc::SO_SNDBUFFORCE
-        } else {
-            libc::SO_RCVBUFFORCE
-        };
+        let opt = if send { libc::SO_SNDBUFFORCE } else { libc::SO_RCVBUFFORCE };
         set_int_opt(self.sock.as_raw_fd(), libc::SOL_SOCKET, opt, want as libc::c_int)
             .map_err(io_err("setsockopt SO_SNDBUFFORCE/SO_RCVBUFFORCE"))?;
         if send {
@@ -166,11 +161,7 @@ impl NftSocket {
                 source: io::Error::other(format!("sent {sent} of {} bytes", buf.len())),
             });
         }
-        let stats = TxStats {
-            messages: ops.len() + 2,
-            bytes: buf.len(),
-            sends: 1,
-        };
+        let stats = TxStats { messages: ops.len() + 2, bytes: buf.len(), sends: 1 };
         let first = seqs[0];
         let mut acked = 0usize;
         let mut errors: Vec<KernelError> = Vec::new();
@@ -178,9 +169,7 @@ impl NftSocket {
         while acked < ops.len() {
             let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
                 .await
-                .map_err(|_| NftError::Timeout {
-                    waiting_for: ops.len() - acked,
-                })?
+                .map_err(|_| NftError::Timeout { waiting_for: ops.len() - acked })?
                 .map_err(io_err("recvmsg"))?;
             for m in split(&data)? {
                 let NetlinkPayload::Error(e) = &m.payload else {
@@ -228,10 +217,7 @@ impl NftSocket {
                 None => continue,
             }
         }
-        Err(NftError::Io {
-            op: "dump",
-            source: io::Error::other("interrupted by concurrent changes 5 times"),
-        })
+        Err(NftError::Io { op: "dump", source: io::Error::other("interrupted by concurrent changes 5 times") })
     }
 
     async fn dump_once(&mut self, msg: NfMsg) -> Result<Option<Vec<NfMsg>>, NftError> {
@@ -310,9 +296,7 @@ impl NftSocket {
 
     /// The ruleset generation (`NFT_MSG_GETGEN`), which moves with every commit.
     pub async fn generation(&mut self) -> Result<u32, NftError> {
-        let m = self
-            .get(NfMsg::new(MsgType::GetGen, wire::NFPROTO_UNSPEC, vec![]))
-            .await?;
+        let m = self.get(NfMsg::new(MsgType::GetGen, wire::NFPROTO_UNSPEC, vec![])).await?;
         m.attrs
             .u32_of(wire::gen::ID)
             .map_err(|e| NftError::Decode(e.to_string()))?
@@ -341,10 +325,7 @@ fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> (Option<String>, Option<u32>) 
     };
     let msg = attrs.attr(NLMSGERR_ATTR_MSG).and_then(|a| a.as_str().ok());
     // The offset is a host-endian u32 (netlink core, not nf_tables).
-    let offs = attrs
-        .attr(NLMSGERR_ATTR_OFFS)
-        .and_then(|a| a.payload().try_into().ok())
-        .map(u32::from_ne_bytes);
+    let offs = attrs.attr(NLMSGERR_ATTR_OFFS).and_then(|a| a.payload().try_into().ok()).map(u32::from_ne_bytes);
     (msg, offs)
 }
 
@@ -370,20 +351,15 @@ fn describe(op: &Op, errno: i32, (kmsg, offs): (Option<String>, Option<u32>), se
             let mut parts = Vec::new();
             for e in &suspects {
                 match e {
-                    Expr::Immediate {
-                        data: Data::Verdict(v),
-                        ..
-                    } if v.chain.is_some() => parts.push(format!(
-                        "target chain {:?} does not exist",
-                        v.chain.as_deref().unwrap_or_default()
-                    )),
+                    Expr::Immediate { data: Data::Verdict(v), .. } if v.chain.is_some() => {
+                        parts.push(format!("target chain {:?} does not exist", v.chain.as_deref().unwrap_or_default()))
+                    }
                     Expr::Lookup { set, set_id: None, .. } | Expr::Dynset { set, set_id: None, .. } => {
                         parts.push(format!("set {set:?} does not exist"))
                     }
-                    e if culprit.is_some() => parts.push(format!(
-                        "kernel lacks {m} (modprobe {m})",
-                        m = expr_module(e.name())
-                    )),
+                    e if culprit.is_some() => {
+                        parts.push(format!("kernel lacks {m} (modprobe {m})", m = expr_module(e.name())))
+                    }
                     _ => {}
                 }
             }
@@ -398,18 +374,11 @@ fn describe(op: &Op, errno: i32, (kmsg, offs): (Option<String>, Option<u32>), se
         }
     }
     if errno == libc::ENOENT {
-        if let Object::Chain(_) | Object::Set(_) | Object::FlushChain(_) | Object::Elements { .. } =
-            op.object
-        {
+        if let Object::Chain(_) | Object::Set(_) | Object::FlushChain(_) | Object::Elements { .. } = op.object {
             reason = "it (or its table) does not exist".into();
         }
     }
-    KernelError {
-        errno,
-        object,
-        reason,
-        kernel_msg: kmsg,
-    }
+    KernelError { errno, object, reason, kernel_msg: kmsg }
 }
 
 /// The index of the expression containing byte `offs` of a NEWRULE message.

@@ -135,16 +135,10 @@ pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, L
         let had = prev_elems.get(s.name.as_str()).cloned().unwrap_or_default();
         let had_by_key: HashMap<&Vec<Value>, &Element> = had.iter().map(|e| (&e.key, *e)).collect();
         let want_by_key: HashMap<&Vec<Value>, &Element> = want.iter().map(|e| (&e.key, *e)).collect();
-        let removed: Vec<Element> = had
-            .iter()
-            .filter(|e| want_by_key.get(&e.key).is_none_or(|w| *w != **e))
-            .map(|e| (*e).clone())
-            .collect();
-        let added: Vec<Element> = want
-            .iter()
-            .filter(|e| had_by_key.get(&e.key).is_none_or(|h| *h != **e))
-            .map(|e| (*e).clone())
-            .collect();
+        let removed: Vec<Element> =
+            had.iter().filter(|e| want_by_key.get(&e.key).is_none_or(|w| *w != **e)).map(|e| (*e).clone()).collect();
+        let added: Vec<Element> =
+            want.iter().filter(|e| had_by_key.get(&e.key).is_none_or(|h| *h != **e)).map(|e| (*e).clone()).collect();
         if !removed.is_empty() {
             ops.extend(l.elements(s, &removed, false)?);
         }
@@ -188,16 +182,9 @@ pub async fn full_sync(sock: &mut NftSocket, desired: &Ruleset) -> Result<SyncRe
 
 /// Applies only the difference between `previous` and `desired` (falling back
 /// to a full replacement when the difference cannot be applied in place).
-pub async fn partial_sync(
-    sock: &mut NftSocket,
-    previous: &Ruleset,
-    desired: &Ruleset,
-) -> Result<SyncReport, NftError> {
+pub async fn partial_sync(sock: &mut NftSocket, previous: &Ruleset, desired: &Ruleset) -> Result<SyncReport, NftError> {
     match partial_sync_ops(previous, desired)? {
-        Plan::Partial(ops) => Ok(SyncReport {
-            stats: sock.transact(&ops, None).await?,
-            full: false,
-        }),
+        Plan::Partial(ops) => Ok(SyncReport { stats: sock.transact(&ops, None).await?, full: false }),
         Plan::Full(_) => full_sync(sock, desired).await,
     }
 }
@@ -256,17 +243,9 @@ mod tests {
         for (_, elems) in next.elements.iter_mut() {
             elems.retain(|e| e.data != Some(ElementData::Verdict(Verdict::Goto(name.clone()))));
         }
-        let Plan::Partial(ops) = partial_sync_ops(&prev, &next).unwrap() else {
-            panic!("expected partial")
-        };
-        let del_elem = ops
-            .iter()
-            .position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelSetElem))
-            .unwrap();
-        let del_chain = ops
-            .iter()
-            .position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelChain))
-            .unwrap();
+        let Plan::Partial(ops) = partial_sync_ops(&prev, &next).unwrap() else { panic!("expected partial") };
+        let del_elem = ops.iter().position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelSetElem)).unwrap();
+        let del_chain = ops.iter().position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelChain)).unwrap();
         assert!(del_elem < del_chain);
     }
 
@@ -275,11 +254,7 @@ mod tests {
         let mut r = synthetic(1, 1);
         r.elements.push((
             "nope".into(),
-            vec![Element {
-                key: vec![Value::Addr(IpAddr::V4(Ipv4Addr::LOCALHOST))],
-                data: None,
-                timeout: None,
-            }],
+            vec![Element { key: vec![Value::Addr(IpAddr::V4(Ipv4Addr::LOCALHOST))], data: None, timeout: None }],
         ));
         let e = full_sync_ops(&r).unwrap_err();
         assert!(e.to_string().contains("nope"), "{e}");

@@ -12,8 +12,7 @@ pub const TABLE: &str = "nodeportd";
 pub const MASQ_BIT: u32 = 0x4000;
 
 fn fnv(s: &str) -> u32 {
-    s.bytes()
-        .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+    s.bytes().fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
 /// ClusterIP of service `i` (inside 198.18.128.0/17).
@@ -35,53 +34,26 @@ fn ep_chain(i: usize, ip: Ipv4Addr) -> String {
 }
 
 fn chain(name: &str) -> Chain {
-    Chain {
-        name: name.into(),
-        base: None,
-        comment: None,
-    }
+    Chain { name: name.into(), base: None, comment: None }
 }
 
 fn base(name: &str, kind: ChainType, hook: Hook, priority: i32) -> Chain {
-    Chain {
-        name: name.into(),
-        base: Some(BaseChain {
-            kind,
-            hook,
-            priority,
-            policy: None,
-        }),
-        comment: None,
-    }
+    Chain { name: name.into(), base: Some(BaseChain { kind, hook, priority, policy: None }), comment: None }
 }
 
 fn rule(stmts: Vec<Stmt>) -> Rule {
-    Rule {
-        stmts,
-        comment: None,
-    }
+    Rule { stmts, comment: None }
 }
 
 fn endpoint_rules(ip: Ipv4Addr) -> Vec<Rule> {
     vec![
         rule(vec![
-            Stmt::Cmp {
-                field: Field::IpSaddr,
-                op: CmpOp::Eq,
-                value: CmpValue::Value(Value::Addr(IpAddr::V4(ip))),
-            },
+            Stmt::Cmp { field: Field::IpSaddr, op: CmpOp::Eq, value: CmpValue::Value(Value::Addr(IpAddr::V4(ip))) },
             Stmt::Verdict(Verdict::Jump("mark-for-masquerade".into())),
         ]),
         rule(vec![
-            Stmt::Cmp {
-                field: Field::L4Proto,
-                op: CmpOp::Eq,
-                value: CmpValue::Value(Value::Proto(6)),
-            },
-            Stmt::Dnat {
-                addr: IpAddr::V4(ip),
-                port: Some(8080),
-            },
+            Stmt::Cmp { field: Field::L4Proto, op: CmpOp::Eq, value: CmpValue::Value(Value::Proto(6)) },
+            Stmt::Dnat { addr: IpAddr::V4(ip), port: Some(8080) },
         ]),
     ]
 }
@@ -100,29 +72,15 @@ fn service_rule(i: usize, eps: &[Ipv4Addr]) -> Rule {
 /// `n` TCP services on port 80 with `eps` endpoints each.
 pub fn ruleset(n: usize, eps: usize) -> Ruleset {
     let mut chains = vec![
-        (
-            chain("mark-for-masquerade"),
-            vec![rule(vec![Stmt::MarkOr {
-                field: Field::MetaMark,
-                bits: MASQ_BIT,
-            }])],
-        ),
+        (chain("mark-for-masquerade"), vec![rule(vec![Stmt::MarkOr { field: Field::MetaMark, bits: MASQ_BIT }])]),
         (
             chain("masquerading"),
             vec![
                 rule(vec![
-                    Stmt::Bits {
-                        field: Field::MetaMark,
-                        mask: MASQ_BIT,
-                        value: 0,
-                        negate: false,
-                    },
+                    Stmt::Bits { field: Field::MetaMark, mask: MASQ_BIT, value: 0, negate: false },
                     Stmt::Verdict(Verdict::Return),
                 ]),
-                rule(vec![Stmt::MarkAndNot {
-                    field: Field::MetaMark,
-                    bits: MASQ_BIT,
-                }]),
+                rule(vec![Stmt::MarkAndNot { field: Field::MetaMark, bits: MASQ_BIT }]),
                 rule(vec![Stmt::Masquerade { fully_random: true }]),
             ],
         ),
@@ -135,11 +93,7 @@ pub fn ruleset(n: usize, eps: usize) -> Ruleset {
         }
         chains.push((chain(&svc_chain(i)), vec![service_rule(i, &ips)]));
         elements.push(Element {
-            key: vec![
-                Value::Addr(IpAddr::V4(service_ip(i))),
-                Value::Proto(6),
-                Value::Port(80),
-            ],
+            key: vec![Value::Addr(IpAddr::V4(service_ip(i))), Value::Proto(6), Value::Port(80)],
             data: Some(ElementData::Verdict(Verdict::Goto(svc_chain(i)))),
             timeout: None,
         });
@@ -151,10 +105,7 @@ pub fn ruleset(n: usize, eps: usize) -> Ruleset {
             map: "service-ips".into(),
         }])],
     ));
-    for (name, hook, prio) in [
-        ("nat-prerouting", Hook::Prerouting, -100),
-        ("nat-output", Hook::Output, -100),
-    ] {
+    for (name, hook, prio) in [("nat-prerouting", Hook::Prerouting, -100), ("nat-output", Hook::Output, -100)] {
         chains.push((
             base(name, ChainType::Nat, hook, prio),
             vec![rule(vec![Stmt::Verdict(Verdict::Jump("services".into()))])],
@@ -188,11 +139,7 @@ pub fn change_endpoint(r: &mut Ruleset, i: usize) {
     let mut eps: Vec<Ipv4Addr> = Vec::new();
     for (c, rules) in &r.chains {
         if c.name.starts_with(&prefix) {
-            if let Some(Stmt::Dnat {
-                addr: IpAddr::V4(a),
-                ..
-            }) = rules.get(1).and_then(|r| r.stmts.get(1))
-            {
+            if let Some(Stmt::Dnat { addr: IpAddr::V4(a), .. }) = rules.get(1).and_then(|r| r.stmts.get(1)) {
                 eps.push(*a);
             }
         }

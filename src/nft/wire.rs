@@ -14,8 +14,8 @@
 //!   l4proto/nfproto bytes) are host order ([`host_u32`]).
 
 use netlink_packet_core::{
-    DecodeError, Emitable, Nla, NlaBuffer, NlasIterator, NetlinkDeserializable, NetlinkHeader,
-    NetlinkSerializable, NLA_F_NESTED, NLA_TYPE_MASK,
+    DecodeError, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla, NlaBuffer, NlasIterator,
+    NLA_F_NESTED, NLA_TYPE_MASK,
 };
 
 /// `NFNL_SUBSYS_NFTABLES`
@@ -213,10 +213,7 @@ enum AttrValue {
 
 impl Attr {
     pub fn bytes(kind: u16, value: impl Into<Vec<u8>>) -> Self {
-        Attr {
-            kind,
-            value: AttrValue::Bytes(value.into()),
-        }
+        Attr { kind, value: AttrValue::Bytes(value.into()) }
     }
     /// A big-endian u32: every integer attribute nf_tables defines.
     pub fn u32(kind: u16, value: u32) -> Self {
@@ -238,10 +235,7 @@ impl Attr {
         Self::bytes(kind, v)
     }
     pub fn nested(kind: u16, children: Vec<Attr>) -> Self {
-        Attr {
-            kind,
-            value: AttrValue::Nested(children),
-        }
+        Attr { kind, value: AttrValue::Nested(children) }
     }
 
     pub fn kind(&self) -> u16 {
@@ -266,29 +260,20 @@ impl Attr {
 
     pub fn as_u32(&self) -> Result<u32, DecodeError> {
         let b: [u8; 4] = self.payload().try_into().map_err(|_| {
-            DecodeError::from(format!(
-                "attribute {} : expected 4 bytes, got {}",
-                self.kind(),
-                self.payload().len()
-            ))
+            DecodeError::from(format!("attribute {} : expected 4 bytes, got {}", self.kind(), self.payload().len()))
         })?;
         Ok(u32::from_be_bytes(b))
     }
     pub fn as_u64(&self) -> Result<u64, DecodeError> {
         let b: [u8; 8] = self.payload().try_into().map_err(|_| {
-            DecodeError::from(format!(
-                "attribute {} : expected 8 bytes, got {}",
-                self.kind(),
-                self.payload().len()
-            ))
+            DecodeError::from(format!("attribute {} : expected 8 bytes, got {}", self.kind(), self.payload().len()))
         })?;
         Ok(u64::from_be_bytes(b))
     }
     pub fn as_str(&self) -> Result<String, DecodeError> {
         let p = self.payload();
         let end = p.iter().position(|&b| b == 0).unwrap_or(p.len());
-        String::from_utf8(p[..end].to_vec())
-            .map_err(|e| DecodeError::from(format!("attribute {}: {e}", self.kind())))
+        String::from_utf8(p[..end].to_vec()).map_err(|e| DecodeError::from(format!("attribute {}: {e}", self.kind())))
     }
 }
 
@@ -362,27 +347,16 @@ const NFNETLINK_V0: u8 = 0;
 
 impl NfMsg {
     pub fn new(msg: MsgType, family: u8, attrs: Vec<Attr>) -> Self {
-        NfMsg {
-            msg_type: msg.nlmsg_type(),
-            family,
-            res_id: 0,
-            attrs,
-        }
+        NfMsg { msg_type: msg.nlmsg_type(), family, res_id: 0, attrs }
     }
 
     /// `NFNL_MSG_BATCH_BEGIN` / `END` for the nf_tables subsystem.
     pub fn batch(begin: bool, genid: Option<u32>) -> Self {
         NfMsg {
-            msg_type: if begin {
-                NFNL_MSG_BATCH_BEGIN
-            } else {
-                NFNL_MSG_BATCH_END
-            },
+            msg_type: if begin { NFNL_MSG_BATCH_BEGIN } else { NFNL_MSG_BATCH_END },
             family: NFPROTO_UNSPEC,
             res_id: NFNL_SUBSYS_NFTABLES,
-            attrs: genid
-                .map(|g| vec![Attr::u32(NFNL_BATCH_GENID, g)])
-                .unwrap_or_default(),
+            attrs: genid.map(|g| vec![Attr::u32(NFNL_BATCH_GENID, g)]).unwrap_or_default(),
         }
     }
 
