@@ -3,8 +3,9 @@
 //!
 //! The kernel sends one message per changed object during a commit, then
 //! `NFT_MSG_NEWGEN` naming the process that committed. We remember whether a
-//! commit touched our table and report it at its `NEWGEN`, unless that process
-//! is us (our own syncs are not news).
+//! commit touched our table and report it at its `NEWGEN`, unless it was ours
+//! (our own syncs are not news): sent from a socket we were told about, or by
+//! a thread of this process (`NFTA_GEN_PROC_PID` is the committing task's id).
 
 use futures::Stream;
 use netlink_packet_core::NetlinkPayload;
@@ -26,7 +27,7 @@ pub struct EventStream {
     sock: TokioSocket,
     family: u8,
     table: String,
-    own_pid: u32,
+    own_portids: Vec<u32>,
     touched: bool,
     deleted: bool,
     queue: std::collections::VecDeque<TableEvent>,
@@ -43,11 +44,22 @@ impl EventStream {
             sock,
             family,
             table: table.to_string(),
-            own_pid: std::process::id(),
+            own_portids: Vec::new(),
             touched: false,
             deleted: false,
             queue: Default::default(),
         })
+    }
+
+    /// Treats commits sent through `sock` as ours (never reported).
+    pub fn ignore_socket(&mut self, sock: &super::NftSocket) {
+        self.own_portids.push(sock.portid());
+    }
+
+    fn ours(&self, portid: u32, pid: u32) -> bool {
+        self.own_portids.contains(&portid)
+            || pid == std::process::id()
+            || std::path::Path::new(&format!("/proc/self/task/{pid}")).exists()
     }
 
     fn concerns_us(&self, m: &NfMsg) -> bool {
@@ -57,11 +69,11 @@ impl EventStream {
         m.family == self.family && m.attrs.str_of(1).ok().flatten().as_deref() == Some(self.table.as_str())
     }
 
-    fn feed(&mut self, m: NfMsg) {
+    fn feed(&mut self, portid: u32, m: NfMsg) {
         match m.kind() {
             Some(MsgType::NewGen) => {
                 let by_pid = m.attrs.u32_of(wire::gen::PROC_PID).ok().flatten().unwrap_or(0);
-                if self.touched && by_pid != self.own_pid {
+                if self.touched && !self.ours(portid, by_pid) {
                     self.queue.push_back(TableEvent::Changed {
                         deleted: self.deleted,
                         generation: m.attrs.u32_of(wire::gen::ID).ok().flatten().unwrap_or(0),
@@ -101,7 +113,7 @@ impl EventStream {
             };
             for m in split(&data)? {
                 if let NetlinkPayload::InnerMessage(i) = m.payload {
-                    self.feed(i);
+                    self.feed(m.header.port_number, i);
                 }
             }
         }

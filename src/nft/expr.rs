@@ -343,8 +343,43 @@ impl Expr {
         Attr::nested(wire::LIST_ELEM, kids)
     }
 
-    /// Parses one `NFTA_LIST_ELEM` of a dumped rule.
+    /// Parses one `NFTA_LIST_ELEM` of a dumped rule, registers in 32-bit numbering.
     pub fn parse(elem: &Attr) -> Result<Expr, DecodeError> {
+        Self::parse_raw(elem).map(Expr::canonical_regs)
+    }
+
+    /// The kernel dumps a register that starts a 16-byte register as
+    /// `NFT_REG_1..4`; we always speak `NFT_REG32_*`.
+    fn canonical_regs(self) -> Expr {
+        let c = |r: u32| match r {
+            1..=4 => wire::REG32_00 + (r - 1) * 4,
+            r => r,
+        };
+        match self {
+            Expr::Payload { dreg, base, offset, len } => Expr::Payload { dreg: c(dreg), base, offset, len },
+            Expr::MetaLoad { key, dreg } => Expr::MetaLoad { key, dreg: c(dreg) },
+            Expr::MetaSet { key, sreg } => Expr::MetaSet { key, sreg: c(sreg) },
+            Expr::CtLoad { key, dreg } => Expr::CtLoad { key, dreg: c(dreg) },
+            Expr::CtSet { key, sreg } => Expr::CtSet { key, sreg: c(sreg) },
+            Expr::Cmp { sreg, op, data } => Expr::Cmp { sreg: c(sreg), op, data },
+            Expr::Bitwise { sreg, dreg, mask, xor } => Expr::Bitwise { sreg: c(sreg), dreg: c(dreg), mask, xor },
+            Expr::Lookup { set, set_id, sreg, dreg, invert } => {
+                Expr::Lookup { set, set_id, sreg: c(sreg), dreg: dreg.map(c), invert }
+            }
+            Expr::Immediate { dreg, data } => Expr::Immediate { dreg: c(dreg), data },
+            Expr::Dnat { family, addr_reg, proto_reg } => {
+                Expr::Dnat { family, addr_reg: addr_reg.map(c), proto_reg: proto_reg.map(c) }
+            }
+            Expr::Numgen { dreg, modulus } => Expr::Numgen { dreg: c(dreg), modulus },
+            Expr::Fib { dreg, result, flags } => Expr::Fib { dreg: c(dreg), result, flags },
+            Expr::Dynset { set, set_id, sreg_key, timeout_ms } => {
+                Expr::Dynset { set, set_id, sreg_key: c(sreg_key), timeout_ms }
+            }
+            other => other,
+        }
+    }
+
+    fn parse_raw(elem: &Attr) -> Result<Expr, DecodeError> {
         let kids = elem.children()?;
         let name = kids.str_of(wire::expr::NAME)?.ok_or_else(|| DecodeError::from("expression without a name"))?;
         let d = match kids.attr(wire::expr::DATA) {

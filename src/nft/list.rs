@@ -199,7 +199,7 @@ pub fn diff(desired: &Ruleset, kernel: &KernelTable) -> Result<Vec<String>, NftE
             let want: Vec<Expr> = l.rule_exprs(r)?.iter().map(normalize).collect();
             let got: Vec<Expr> = kr.exprs.iter().map(normalize).collect();
             if want != got {
-                out.push(format!("chain {} rule #{i} differs", c.name));
+                out.push(format!("chain {} rule #{i} differs: want {want:?}, kernel has {got:?}", c.name));
             } else if r.comment != kr.comment {
                 out.push(format!("chain {} rule #{i}: comment differs", c.name));
             }
