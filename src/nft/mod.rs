@@ -7,5 +7,6 @@
 //! this module knows how the kernel spells it.
 
 pub mod ir;
+pub mod render;
 
 pub use ir::*;
