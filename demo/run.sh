@@ -61,10 +61,13 @@ ip -n "$p-router" link add b1 type veth peer name eth0 netns "$p-b1"
 ip -n "$p-router" link add b2 type veth peer name eth0 netns "$p-b2"
 for ns in client router b1 b2; do in_ns "$ns" ip link set lo up; done
 in_ns router sysctl -qw net.ipv4.ip_forward=1
-in_ns router sh -c 'ip link set b1 master br0 && ip link set b2 master br0 &&
-	for l in c0 b1 b2 br0; do ip link set "$l" up; done &&
-	ip addr add 198.18.1.1/24 dev c0 && ip addr add 198.18.2.1/24 dev br0 &&
-	ip route add 198.19.0.0/16 dev br0'
+in_ns router ip link set b1 master br0
+in_ns router ip link set b2 master br0
+for l in c0 b1 b2 br0; do in_ns router ip link set "$l" up; done
+in_ns router ip addr add 198.18.1.1/24 dev c0
+in_ns router ip addr add 198.18.2.1/24 dev br0
+# The service range needs a route for the router to originate or forward to it at all.
+in_ns router ip route add 198.19.0.0/16 dev br0
 in_ns client sh -c 'ip link set eth0 up && ip addr add 198.18.1.2/24 dev eth0 &&
 	ip route add default via 198.18.1.1'
 in_ns b1 sh -c 'ip link set eth0 up && ip addr add 198.18.2.11/24 dev eth0'
