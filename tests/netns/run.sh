@@ -43,5 +43,5 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 cargo build --quiet --bins
-cargo test --quiet --test netns -- --test-threads=1 --nocapture "$@"
+cargo test --quiet --test netns -- --include-ignored --test-threads=1 --nocapture "$@"
 echo "tests/netns/run.sh: all end-to-end tests passed"

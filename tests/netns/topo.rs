@@ -186,6 +186,17 @@ impl Topo {
 }
 
 impl Topo {
+    /// Sends SIGTERM to a process `spawn` started and waits for it to exit.
+    pub fn terminate(&mut self, pid: u32, limit: std::time::Duration) {
+        let child = self.children.iter_mut().find(|c| c.id() == pid).expect("a child of this topology");
+        must(Command::new("kill").args(["-TERM", &pid.to_string()]));
+        let start = std::time::Instant::now();
+        while child.try_wait().expect("wait for a child").is_none() {
+            assert!(start.elapsed() < limit, "process {pid} still runs {limit:?} after SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// What the router holds, for failure messages.
     pub fn debug(&self) -> String {
         let out = self.try_sh("rt", "nft list ruleset; ip route; ip -6 route");
