@@ -4,7 +4,8 @@
 #   cross/build.sh [TARGET...]      # default: mips mipsel armv7 aarch64 x86_64
 #
 # TARGET is a Rust triple or a short name: mips, mipsel, armv7 (armhf), aarch64, x86_64,
-# and the test-only s390x (a big-endian guest for tests/qemu; never built by default).
+# `all` (those five), and the test-only s390x (a big-endian guest for tests/qemu; never
+# built by default).
 # Output: dist/<triple>/nodeportd. Installs what it needs (rustup components and targets,
 # zig + cargo-zigbuild from PyPI, Debian packages) and skips what is already there.
 #
@@ -268,11 +269,17 @@ verify_static() {
 
 main() {
     [ -f Cargo.toml ] || die "no Cargo.toml in $ROOT"
-    local args=("$@") triples=() t tr
+    local args=("$@") triples=() t d tr
     [ "${#args[@]}" -eq 0 ] && read -r -a args <<<"$DEFAULT_TARGETS"
     for t in "${args[@]}"; do
-        case "$t" in -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
-        tr=$(triple_of "$t") || die "unknown target '$t' (known: $DEFAULT_TARGETS s390x, or their Rust triples)"
+        case "$t" in
+            -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+            all)
+                for d in $DEFAULT_TARGETS; do triples+=("$(triple_of "$d")"); done
+                continue
+                ;;
+        esac
+        tr=$(triple_of "$t") || die "unknown target '$t' (known: all $DEFAULT_TARGETS s390x, or their Rust triples)"
         triples+=("$tr")
     done
     command -v rustup >/dev/null || die "rustup is required"
