@@ -1,0 +1,1 @@
+//! Status LED over a Linux LED class device (embedded-hal `OutputPin`).

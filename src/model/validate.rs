@@ -1,0 +1,1 @@
+//! Validation of Services, Endpoints and EndpointSlices as the API server does it.
