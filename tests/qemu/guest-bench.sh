@@ -108,4 +108,6 @@ rss_restart=$(rss)
 
 echo "idle VmRSS ${rss_idle} kB; ${n}x${per}: VmRSS ${rss_full} kB, apply $((t1 - t0)) ms, in sync after $((t2 - t0)) ms (daemon: ${last} ms), ${rules} nft lines"
 echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon: ${last_restart} ms), VmRSS ${rss_restart} kB"
-echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | $((t1 - t0)) ms | ${last} ms | $((t5 - t3)) ms (${last_restart} ms) | $((t4 - t3)) ms |"
+startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
+# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) | restart to in sync
+echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | $((t1 - t0)) ms | $((t2 - t0)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms)"

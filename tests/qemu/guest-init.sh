@@ -12,7 +12,7 @@
 # The console is switched to raw mode without echo so that the host reads only
 # what the commands print.
 
-/bin/busybox mkdir -p /proc /sys /dev /tmp /run /var/run /var/log /bin /sbin /usr/bin /usr/sbin
+/bin/busybox mkdir -p /proc /sys /dev /tmp /run /var/log /bin /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
@@ -20,7 +20,7 @@ mount -t devtmpfs devtmpfs /dev 2>/dev/null
 mkdir -p /dev/pts
 mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
-ln -sf /run /var/run 2>/dev/null
+ln -s /run /var/run
 # Only emergencies on the console: kernel chatter would corrupt command output.
 echo 1 > /proc/sys/kernel/printk
 hostname router

@@ -241,7 +241,10 @@ build_daemon() {
 	else
 		log "no cross/build.sh: cargo build --release --target $RUST_TARGET"
 		rustup target add "$RUST_TARGET" >&2
-		(cd "$ROOT" && cargo build --release --target "$RUST_TARGET" >&2)
+		# rust-lld with the target's self-contained musl start files: no cross gcc needed.
+		local linker_var
+		linker_var=CARGO_TARGET_$(echo "$RUST_TARGET" | tr 'a-z-' 'A-Z_')_LINKER
+		(cd "$ROOT" && env "$linker_var=rust-lld" cargo build --release --target "$RUST_TARGET" >&2)
 		mkdir -p "$ROOT/dist/$RUST_TARGET"
 		install -m 0755 "$ROOT/target/$RUST_TARGET/release/nodeportd" "$ROOT/dist/$RUST_TARGET/nodeportd"
 	fi
@@ -297,7 +300,7 @@ build_initramfs() {
 		cp "$KDIR/lib/modules/$KVER/$f" "$tree/lib/modules/$KVER/$f"
 	done <"$tree/etc/qemu/modules.all"
 	rm -f "$tree/etc/qemu/modules.all"
-	cp "$KDIR/lib/modules/$KVER"/modules.{order,builtin} "$tree/lib/modules/$KVER/" 2>/dev/null || true
+	cp "$KDIR/lib/modules/$KVER"/modules.{order,builtin,builtin.modinfo} "$tree/lib/modules/$KVER/" 2>/dev/null || true
 	depmod -b "$tree" "$KVER"
 	log "initramfs: $(wc -l <"$tree/etc/qemu/modules") modules"
 
@@ -377,7 +380,8 @@ start_guest() {
 		-device "$NIC,netdev=lan,mac=$LAN_MAC$NIC_OPTS" \
 		>"$d/qemu.log" 2>&1 &
 	QEMU_PID=$!
-	exec {CONFD}>"$d/con.in"
+	# Read-write: never blocks on open, and no SIGPIPE if QEMU goes away.
+	exec {CONFD}<>"$d/con.in"
 
 	# The taps get carrier once QEMU holds them; only then move them.
 	for _ in $(seq 300); do
@@ -435,7 +439,7 @@ setup_netns() {
 		echo "be$n" >"$d/www-be$n/index.html"
 		ip netns exec "$ns" /bin/busybox httpd -f -p 8080 -h "$d/www-be$n" &
 		BG_PIDS+=($!)
-		ip netns exec "$ns" socat UDP4-RECVFROM:5353,fork SYSTEM:"echo be$n" &
+		ip netns exec "$ns" socat UDP4-RECVFROM:5353,fork SYSTEM:"read -r _; echo be$n" &
 		BG_PIDS+=($!)
 	done
 	# A backend must be listening before the first request.
@@ -451,11 +455,11 @@ setup_netns() {
 
 # guest SECS <<'EOF' ... EOF  — run a shell script in the guest; prints its
 # output, returns its exit status (124/137 on timeout, 255 on a lost guest).
-GUEST_SEQ=0
 guest() {
 	local secs=${1:-60} d=$RUN/$ARCH id chunk end=""
-	GUEST_SEQ=$((GUEST_SEQ + 1))
-	id="$$-$GUEST_SEQ"
+	# A counter in a file: callers often run us in a $(...) subshell.
+	id=$(($(cat "$d/seq" 2>/dev/null || echo 0) + 1))
+	echo "$id" >"$d/seq"
 	while read -r chunk; do
 		printf '@@D %s\n' "$chunk" >&"$CONFD"
 	done < <(base64 -w 900)
@@ -681,7 +685,7 @@ run_bench() {
 	BENCH_LINE=$(grep '^@@BENCH ' <<<"$out" | tail -n1 | cut -d' ' -f2- || true)
 	if [ -n "$BENCH_LINE" ]; then
 		pass benchmark
-		printf '| %s | %s | %s |\n' "$ARCH" "$KVER" "$BENCH_LINE" >>"$BENCH_OUT"
+		printf '| %s | %s | %s |\n' "$ARCH" "$BENCH_LINE" "$KVER" >>"$BENCH_OUT"
 	else
 		fail benchmark "no result"
 	fi
