@@ -7,7 +7,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -188,6 +188,7 @@ pub fn method_not_found(method: &str) -> RpcError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn echo() -> Handler {
         Rc::new(|m: &str, p: Value, _c: &PeerCred| match m {
