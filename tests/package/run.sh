@@ -387,11 +387,11 @@ check "the dry run printed rules for the NodePort and the endpoint" bash -c \
 	"grep -q '${node_port:-none}' '$work/daemon.out' && grep -q '198.18.78.2' '$work/daemon.out'"
 
 absent=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | rpcd call service_get)
-check "plugin call service_get of a missing Service: an error object naming it" jq -e '
-	(.error | type) == "object" and (.error | tostring | test("nope")) and (.error | tostring | test("NotFound|not found"))' <<<"$absent"
+check "plugin call service_get of a missing Service: a NotFound error naming it" jq -e '
+	.error.reason == "NotFound" and (.error.message | test("nope"))' <<<"$absent"
 bad=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | rpcd call service_apply)
 check "plugin call service_apply of an invalid Service: an error object naming it" jq -e '
-	(.error | type) == "object" and (.error | tostring | test("Bad_Name"))' <<<"$bad"
+	.error.reason == "Invalid" and (.error.message | test("Bad_Name"))' <<<"$bad"
 if out=$(echo '{}' | rpcd call no_such_method); then
 	not_ok "plugin call of an unknown method fails" "$out"
 else
