@@ -505,6 +505,22 @@ check "with the include, the LAN client reaches the NodePort" bash -c \
 check "with the include, the LAN client reaches the ClusterIP" bash -c \
 	"$(declare -f fetch); c='$c'; [ \"\$(fetch '${cip:-0.0.0.0}:80')\" = nodeportd-backend ]"
 
+# The include matches on the daemon's mark: the same rule for another bit lets nothing
+# through, and taking the include out again drops new connections again.
+sed 's/0x00008000/0x00004000/g' "$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft" >"$work/other-bit.nft"
+fw4_load "include \"$work/other-bit.nft\""
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "an include for another conntrack mark bit does not accept the connection"
+else
+	ok "an include for another conntrack mark bit does not accept the connection"
+fi
+fw4_load ""
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "without the include again, new connections are dropped again"
+else
+	ok "without the include again, new connections are dropped again"
+fi
+
 # `fw4 reload` replaces its own table only; `firewall stop` can take every table with it.
 fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
 check "an fw4 reload leaves the daemon's table in place" bash -c \
