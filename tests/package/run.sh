@@ -317,6 +317,35 @@ else
 	not_ok "init script: start_service, service_triggers and reload_service run" "$calls"
 fi
 
+# --- uci-defaults and prerm-pkg --------------------------------------------------------------
+# Stand-ins for fw4 and nft record what the uci-defaults script asks of them.
+mkdir -p "$work/stub"
+cat >"$work/stub/fw4" <<EOF
+#!/bin/sh
+echo "fw4 \$*" >>"$work/stub.log"
+EOF
+cat >"$work/stub/nft" <<EOF
+#!/bin/sh
+echo "nft \$*" >>"$work/stub.log"
+exit \$NFT_STATUS
+EOF
+chmod +x "$work/stub/fw4" "$work/stub/nft"
+ucidef="$troot/etc/uci-defaults/90-nodeportd"
+: >"$work/stub.log"
+check "uci-defaults: fw4 running -> fw4 reloads (with our include)" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 sh '$ucidef' &&
+	grep -qx 'nft list table inet fw4' '$work/stub.log' && grep -qx 'fw4 -q reload' '$work/stub.log'"
+: >"$work/stub.log"
+check "uci-defaults: fw4 not running -> the firewall is left alone" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=1 sh '$ucidef' && ! grep -q '^fw4' '$work/stub.log'"
+: >"$work/stub.log"
+check "uci-defaults: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 IPKG_INSTROOT=/tmp/image sh '$ucidef' && test ! -s '$work/stub.log'"
+check "prerm-pkg: an upgrade keeps the rules (exits before stopping anything)" bash -c "
+	out=\$(PKG_UPGRADE=1 sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
+check "prerm-pkg: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
+	out=\$(IPKG_INSTROOT=/tmp/image sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
+
 # --- the daemon from the package, driven through the rpcd plugin ------------------------------
 ip netns add "$ns"
 ip -n "$ns" link set lo up
