@@ -453,3 +453,23 @@ fn a_stale_generation_refuses_the_batch() {
     assert!(g1 > g0, "generation did not move: {g0} -> {g1}");
     assert_eq!(errnos, vec![libc::ERESTART]);
 }
+
+#[test]
+fn large_batches_use_errors_only_and_still_name_the_failure() {
+    let Some(ns) = Netns::new() else { return };
+    let (stats, err, drift) = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let good = synthetic::ruleset(800, 3);
+        let r = nft::full_sync(&mut s, &good).await.unwrap();
+        let mut bad = synthetic::ruleset(900, 3);
+        let last = bad.chains.len() - 1;
+        bad.chains[last]
+            .1
+            .push(rule(vec![Stmt::Verdict(Verdict::Goto("missing-chain".into()))]));
+        let err = nft::full_sync(&mut s, &bad).await.unwrap_err().to_string();
+        (r.stats, err, list::verify(&mut s, &good).await.unwrap())
+    });
+    assert!(stats.messages > nft::socket::ACK_EACH_LIMIT && !stats.acked_each, "{stats:?}");
+    assert!(err.contains("\"missing-chain\" does not exist"), "{err}");
+    assert!(drift.is_empty(), "the failed batch changed the kernel: {drift:?}");
+}
