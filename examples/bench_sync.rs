@@ -28,10 +28,7 @@ fn main() {
             v
         }
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     println!(
         "| services | full sync (netlink) | full sync, table present | partial sync (1 endpoint) | partial msgs | partial bytes | full msgs | nft -f full | nft -f partial |"
     );
@@ -45,6 +42,38 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// CPU time (user + system) of this process or of its waited-for children.
+/// Reported next to wall time because the machine may be shared.
+fn cpu(children: bool) -> Duration {
+    // SAFETY: getrusage writes one rusage struct we own; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = if children { libc::RUSAGE_CHILDREN } else { libc::RUSAGE_SELF };
+    // SAFETY: `ru` is a live, writable rusage.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Wall and CPU time of `f`.
+struct Timed {
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl std::fmt::Display for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} cpu)", ms(self.wall), ms(self.cpu))
+    }
+}
+
+fn start(children: bool) -> (Instant, Duration) {
+    (Instant::now(), cpu(children))
+}
+
+fn stop((t, c): (Instant, Duration), children: bool) -> Timed {
+    Timed { wall: t.elapsed(), cpu: cpu(children) - c }
+}
+
 async fn run(n: usize) {
     let mut s = NftSocket::new().expect("netlink socket");
     let prev = synthetic::ruleset(n, 3);
@@ -52,20 +81,21 @@ async fn run(n: usize) {
     synthetic::change_endpoint(&mut next, n / 2);
 
     let _ = nft::delete_table(&mut s, Family::Inet, synthetic::TABLE).await;
-    let t = Instant::now();
+    let t = start(false);
     let full = nft::full_sync(&mut s, &prev).await.expect("full sync");
-    let full_t = t.elapsed();
-    let t = Instant::now();
+    let full_t = stop(t, false);
+    let t = start(false);
     nft::full_sync(&mut s, &prev).await.expect("full sync again");
-    let full_again_t = t.elapsed();
+    let full_again_t = stop(t, false);
     // Median of a few partial syncs back and forth (the last one leaves `next`).
     let mut parts = Vec::new();
     let mut stats = None;
     for i in 0..5 {
         let (a, b) = if i % 2 == 0 { (&prev, &next) } else { (&next, &prev) };
-        let t = Instant::now();
+        let t = start(false);
         let r = nft::partial_sync(&mut s, a, b).await.expect("partial sync");
-        parts.push(t.elapsed());
+        let t = stop(t, false);
+        parts.push((t.wall, t.cpu));
         assert!(!r.full);
         stats = Some(r.stats);
     }
@@ -80,32 +110,28 @@ async fn run(n: usize) {
     let nft_part = nft_f(&partial_text(&prev, &next));
     println!(
         "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
-        ms(full_t),
-        ms(full_again_t),
-        ms(parts[parts.len() / 2]),
+        full_t,
+        full_again_t,
+        Timed { wall: parts[parts.len() / 2].0, cpu: parts[parts.len() / 2].1 },
         part.messages,
         part.bytes,
         full.stats.messages,
-        ms(nft_full),
-        ms(nft_part),
+        nft_full,
+        nft_part,
     );
 }
 
-fn nft_f(text: &str) -> Duration {
-    let t = Instant::now();
+fn nft_f(text: &str) -> Timed {
+    let t = start(true);
     let mut c = Command::new("nft")
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .spawn()
         .expect("run nft (install the nftables package)");
-    c.stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("write to nft");
+    c.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to nft");
     let st = c.wait().expect("wait for nft");
     assert!(st.success(), "nft -f failed");
-    t.elapsed()
+    stop(t, true)
 }
 
 // ---- the same rulesets as nft text (only the statements the synthetic ruleset uses) ----
@@ -150,11 +176,7 @@ fn rule(r: &Rule) -> String {
     r.stmts
         .iter()
         .map(|s| match s {
-            Stmt::Cmp {
-                field: f,
-                value: CmpValue::Value(v),
-                ..
-            } => format!("{} {}", field(f), value(v)),
+            Stmt::Cmp { field: f, value: CmpValue::Value(v), .. } => format!("{} {}", field(f), value(v)),
             Stmt::Verdict(v) => verdict(v),
             Stmt::Dnat { addr, port } => match port {
                 Some(p) => format!("dnat ip to {addr}:{p}"),
@@ -163,23 +185,14 @@ fn rule(r: &Rule) -> String {
             Stmt::VmapInline { key, entries } => format!(
                 "{} vmap {{ {} }}",
                 field(key),
-                entries
-                    .iter()
-                    .map(|(v, d)| format!("{} : {}", value(v), verdict(d)))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                entries.iter().map(|(v, d)| format!("{} : {}", value(v), verdict(d))).collect::<Vec<_>>().join(", ")
             ),
             Stmt::VmapNamed { key, map } => format!("{} vmap @{map}", field(key)),
             Stmt::MarkOr { field: f, bits } => format!("{0} set {0} | {bits:#x}", field(f)),
             Stmt::MarkAndNot { field: f, bits } => {
                 format!("{0} set {0} & {1:#x}", field(f), !bits)
             }
-            Stmt::Bits {
-                field: f,
-                mask,
-                value,
-                ..
-            } => format!("{} & {mask:#x} == {value:#x}", field(f)),
+            Stmt::Bits { field: f, mask, value, .. } => format!("{} & {mask:#x} == {value:#x}", field(f)),
             Stmt::Masquerade { fully_random: true } => "masquerade fully-random".into(),
             Stmt::Masquerade { .. } => "masquerade".into(),
             other => panic!("benchmark text: {other:?} not used"),
@@ -229,8 +242,7 @@ fn full_text(r: &Ruleset) -> String {
     for s in &r.sets {
         let key: Vec<&str> = s.key.iter().map(key_type).collect();
         let data = s.data.map(|d| format!(" : {}", key_type(&d))).unwrap_or_default();
-        writeln!(o, "add map inet {t} {} {{ type {}{data}; }}", s.name, key.join(" . "))
-            .expect("write to String");
+        writeln!(o, "add map inet {t} {} {{ type {}{data}; }}", s.name, key.join(" . ")).expect("write to String");
     }
     for (set, elems) in &r.elements {
         for e in elems {
