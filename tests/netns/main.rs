@@ -124,6 +124,21 @@ fn wait_for(t: &Topo, role: &str, what: &str, line: &str, limit: Duration) -> Du
     }
 }
 
+/// The `echo-v4` EndpointSlice of `objects.json` without the endpoint at `ip`.
+fn echo_slice_without(ip: &str) -> String {
+    let list: serde_json::Value = serde_json::from_str(OBJECTS).unwrap();
+    let mut slice = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["metadata"]["name"] == "echo-v4")
+        .expect("echo-v4 in objects.json")
+        .clone();
+    let endpoints = slice["endpoints"].as_array_mut().unwrap();
+    endpoints.retain(|e| e["addresses"][0] != ip);
+    slice.to_string()
+}
+
 /// Ignored by a plain `cargo test` (it needs the release-grade daemon and takes a while);
 /// `tests/netns/run.sh` runs it.
 #[test]
@@ -177,6 +192,25 @@ fn daemon_carries_traffic() {
     // An API server does not take status from a client; the daemon may not either.
     let with_lb_status = ctl("get svc lb-deny -n default -o json").contains("198.18.3.50");
     scenarios::run_all(&t, with_lb_status);
+
+    // Stale UDP conntrack: a client keeps one socket (one conntrack entry) to the echo
+    // service; when its endpoint goes away, the next datagram must reach the other one
+    // instead of the old entry pinning it to the removed endpoint (which still answers).
+    let mut held = t.udp_hold("cl", "198.18.1.1", 30007);
+    let first = held.ask();
+    let (gone, stays) = match first.split_whitespace().next() {
+        Some("b1") => ("198.18.2.11", "b2"),
+        Some("b2") => ("198.18.2.12", "b1"),
+        _ => panic!("udp echo via the NodePort did not answer: {first:?}"),
+    };
+    let slice = dir.path().join("echo-v4.json");
+    std::fs::write(&slice, echo_slice_without(gone)).unwrap();
+    eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
+    let removed = format!("! nft list table inet nodeportd | grep -q 'dnat ip to {gone}:7$'");
+    wait_for(&t, "rt", "the endpoint's removal in the kernel", &removed, Duration::from_secs(5));
+    let second = held.ask();
+    assert!(second.starts_with(stays), "after {gone} left the echo service the same socket got {second:?}");
+    eprintln!("ok: stale UDP conntrack to {gone} removed: the same client socket now reaches {stays}");
 
     // Self-heal: the table deleted under the daemon's feet comes back by itself.
     t.sh("rt", "nft delete table inet nodeportd");
