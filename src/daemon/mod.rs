@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use crate::config::Config;
 use crate::logging;
 
+pub mod clock;
+
 /// Parsed `nodeportd` command line (CONTRACT.md, Programs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Args {

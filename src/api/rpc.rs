@@ -1,0 +1,154 @@
+//! JSON-RPC 2.0 framing: parse one request line, format one response line. Pure.
+
+use serde_json::{json, Value};
+
+use crate::model::{ApiError, Reason};
+
+pub const PARSE_ERROR: i64 = -32700;
+pub const INVALID_REQUEST: i64 = -32600;
+pub const METHOD_NOT_FOUND: i64 = -32601;
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// An error response: `{"code", "message", "data": {"reason"}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub reason: Option<&'static str>,
+}
+
+impl RpcError {
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError { code, message: message.into(), reason: None }
+    }
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError { code: INVALID_PARAMS, message: message.into(), reason: Some(Reason::Invalid.as_str()) }
+    }
+    pub fn to_json(&self) -> Value {
+        match self.reason {
+            Some(r) => json!({"code": self.code, "message": self.message, "data": {"reason": r}}),
+            None => json!({"code": self.code, "message": self.message}),
+        }
+    }
+}
+
+impl From<ApiError> for RpcError {
+    fn from(e: ApiError) -> Self {
+        RpcError { code: e.reason.code(), message: e.message, reason: Some(e.reason.as_str()) }
+    }
+}
+
+/// A well-formed request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// `None` for a notification (no `id`): no response is sent.
+    pub id: Option<Value>,
+    pub method: String,
+    pub params: Value,
+}
+
+/// Parse one line. On failure, the error response to send (with `id` when known).
+pub fn parse_request(line: &[u8]) -> Result<Request, (Value, RpcError)> {
+    let v: Value = serde_json::from_slice(line)
+        .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
+    let Value::Object(mut obj) = v else {
+        return Err((Value::Null, RpcError::new(INVALID_REQUEST, "invalid request: expected a JSON object")));
+    };
+    let id = obj.remove("id");
+    let id_for_err = id.clone().unwrap_or(Value::Null);
+    if let Some(bad) = id.as_ref().filter(|i| !(i.is_string() || i.is_number() || i.is_null())) {
+        return Err((
+            Value::Null,
+            RpcError::new(INVALID_REQUEST, format!("invalid request: id: Invalid value: {bad}")),
+        ));
+    }
+    match obj.get("jsonrpc") {
+        Some(Value::String(s)) if s == "2.0" => {}
+        other => {
+            let shown = other.map(|v| v.to_string()).unwrap_or_else(|| "missing".into());
+            return Err((
+                id_for_err,
+                RpcError::new(INVALID_REQUEST, format!("invalid request: jsonrpc must be \"2.0\", got {shown}")),
+            ));
+        }
+    }
+    let method = match obj.remove("method") {
+        Some(Value::String(m)) => m,
+        other => {
+            let shown = other.map(|v| v.to_string()).unwrap_or_else(|| "missing".into());
+            return Err((
+                id_for_err,
+                RpcError::new(INVALID_REQUEST, format!("invalid request: method must be a string, got {shown}")),
+            ));
+        }
+    };
+    let params = match obj.remove("params") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(p @ Value::Object(_)) => p,
+        Some(other) => {
+            return Err((id_for_err, RpcError::new(INVALID_PARAMS, format!("params must be an object, got {other}"))));
+        }
+    };
+    Ok(Request { id, method, params })
+}
+
+pub fn response_ok(id: Value, result: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "result": result})
+}
+
+pub fn response_err(id: Value, err: &RpcError) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": err.to_json()})
+}
+
+/// A string parameter, required.
+pub fn str_param<'a>(params: &'a Value, key: &str) -> Result<&'a str, RpcError> {
+    match params.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(RpcError::invalid_params(format!("params.{key}: Invalid value: {other}: must be a string"))),
+        None => Err(RpcError::invalid_params(format!("params.{key}: Required value"))),
+    }
+}
+
+/// A string parameter, optional.
+pub fn opt_str_param<'a>(params: &'a Value, key: &str) -> Result<Option<&'a str>, RpcError> {
+    match params.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => str_param(params, key).map(Some),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_request() {
+        let r = parse_request(br#"{"jsonrpc":"2.0","id":7,"method":"status","params":{}}"#).unwrap();
+        assert_eq!(r.id, Some(json!(7)));
+        assert_eq!(r.method, "status");
+    }
+
+    #[test]
+    fn missing_params_mean_empty_object() {
+        let r = parse_request(br#"{"jsonrpc":"2.0","id":"a","method":"status"}"#).unwrap();
+        assert_eq!(r.params, json!({}));
+    }
+
+    #[test]
+    fn errors_use_standard_codes() {
+        assert_eq!(parse_request(b"{nope").unwrap_err().1.code, PARSE_ERROR);
+        assert_eq!(parse_request(b"[1,2]").unwrap_err().1.code, INVALID_REQUEST);
+        assert_eq!(parse_request(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err().1.code, INVALID_REQUEST);
+        assert_eq!(parse_request(br#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().1.code, INVALID_REQUEST);
+        let (id, e) = parse_request(br#"{"jsonrpc":"2.0","id":3,"method":"x","params":[1]}"#).unwrap_err();
+        assert_eq!((id, e.code), (json!(3), INVALID_PARAMS));
+    }
+
+    #[test]
+    fn api_errors_carry_reason() {
+        let e: RpcError = ApiError::new(Reason::AlreadyAllocated, "taken").into();
+        let j = e.to_json();
+        assert_eq!(j["data"]["reason"], "AlreadyAllocated");
+        assert!((-32099..=-32000).contains(&j["code"].as_i64().unwrap()));
+    }
+}

@@ -1,0 +1,531 @@
+#!/usr/bin/env bash
+# Tests of the OpenWrt package (openwrt-package/): the .ipk archives, the shell
+# files, the fw4 include, the init script's procd calls, and the daemon run from
+# the extracted x86_64 .ipk with its packaged UCI config, driven through the
+# rpcd plugin the way rpcd calls it. Run as root (CI does): it uses a network
+# namespace of its own.
+#
+#   tests/package/run.sh
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+pkg="$root/openwrt-package"
+files="$pkg/nodeportd/files"
+makefile="$pkg/nodeportd/Makefile"
+dist="$root/dist"
+host_target=x86_64-unknown-linux-musl
+ns="npdpkg$$"
+work=$(mktemp -d)
+daemon_pid=""
+httpd_pid=""
+
+passed=0
+failed=0
+
+cleanup() {
+	if [ -n "$daemon_pid" ]; then
+		kill "$daemon_pid" 2>/dev/null
+		wait "$daemon_pid" 2>/dev/null
+	fi
+	[ -n "$httpd_pid" ] && kill "$httpd_pid" 2>/dev/null
+	for n in "$ns" "${ns}r" "${ns}c" "${ns}b"; do
+		ip netns del "$n" 2>/dev/null
+	done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+ok() {
+	passed=$((passed + 1))
+	echo "ok - $1"
+}
+
+not_ok() {
+	failed=$((failed + 1))
+	echo "not ok - $1"
+	shift
+	[ $# -gt 0 ] && printf '    %s\n' "$@"
+}
+
+# check DESCRIPTION COMMAND...: one test; the command's output is shown on failure.
+check() {
+	local desc=$1 out
+	shift
+	if out=$("$@" 2>&1); then
+		ok "$desc"
+	else
+		not_ok "$desc" "$out"
+	fi
+}
+
+need() {
+	local missing=() tool
+	for tool in "$@"; do
+		command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	apt-get -o DPkg::Lock::Timeout=600 update -qq || true
+	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
+}
+
+need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2 curl:curl
+
+cargo_version=$(awk '
+	/^\[/ { in_pkg = ($0 == "[package]") }
+	in_pkg && /^version[[:space:]]*=/ { gsub(/^[^"]*"|".*$/, ""); print; exit }
+' "$root/Cargo.toml")
+
+# --- the binaries --------------------------------------------------------------
+if [ ! -f "$dist/$host_target/nodeportd" ]; then
+	echo "# no $dist/$host_target/nodeportd: building it"
+	if [ -x "$root/cross/build.sh" ]; then
+		"$root/cross/build.sh" "$host_target" || exit 1
+	else
+		rustup target add "$host_target" >/dev/null 2>&1
+		(cd "$root" && cargo build --release --locked --target "$host_target") || exit 1
+		install -D -m0755 "$root/target/$host_target/release/nodeportd" "$dist/$host_target/nodeportd"
+	fi
+fi
+
+# --- building ------------------------------------------------------------------
+export SOURCE_DATE_EPOCH=1700000000
+rm -rf "$dist/ipk"
+if ! "$pkg/build-ipk.sh" >"$work/build.log" 2>&1; then
+	not_ok "build-ipk.sh builds the packages" "$(cat "$work/build.log")"
+	echo "$passed passed, $failed failed"
+	exit 1
+fi
+ok "build-ipk.sh builds the packages"
+mapfile -t ipks < <(find "$dist/ipk" -name '*.ipk' | sort)
+sha256sum "${ipks[@]}" >"$work/first.sha256"
+"$pkg/build-ipk.sh" >/dev/null 2>&1
+check "a rebuild gives byte-identical packages" sha256sum -c --quiet "$work/first.sha256"
+
+# Every target with a binary in dist/ has its packages.
+expected_ipks() {
+	local t
+	for t in "$dist"/*/nodeportd; do
+		case "$(basename "$(dirname "$t")")" in
+		mips-unknown-linux-musl) echo mips_24kc ;;
+		mipsel-unknown-linux-musl) echo mipsel_24kc ;;
+		armv7-unknown-linux-musleabihf) echo arm_cortex-a7_neon-vfpv4 ;;
+		aarch64-unknown-linux-musl) printf '%s\n' aarch64_cortex-a53 aarch64_generic ;;
+		x86_64-unknown-linux-musl) echo x86_64 ;;
+		s390x-unknown-linux-*) echo s390x ;;
+		esac
+	done | sort -u | sed "s|.*|$dist/ipk/nodeportd_${cargo_version}_&.ipk|"
+}
+check "one package per architecture of the binaries in dist/" diff <(expected_ipks) <(printf '%s\n' "${ipks[@]}")
+echo "# packages: ${ipks[*]##*/}"
+
+# A wrong-CPU binary is refused.
+mkdir -p "$work/wrongdist/mipsel-unknown-linux-musl"
+cp "$dist/$host_target/nodeportd" "$work/wrongdist/mipsel-unknown-linux-musl/nodeportd"
+if out=$(DIST_DIR="$work/wrongdist" "$pkg/build-ipk.sh" mipsel-unknown-linux-musl 2>&1); then
+	not_ok "an x86_64 binary is refused for mipsel" "$out"
+else
+	check "an x86_64 binary is refused for mipsel" grep -q "needs '1 1 8'" <<<"$out"
+fi
+
+# --- what the feed Makefile installs, read independently of build-ipk.sh ----------
+# One "TYPE MODE PATH" line per file or link; directories as "d 755 PATH".
+makefile_tree() {
+	awk '
+		$0 == "define Package/nodeportd/install" { inside = 1; next }
+		inside && $0 == "endef" { exit }
+		inside && NF {
+			m = $1; dst = $NF; sub(/^\$\(1\)/, "", dst)
+			if (m == "$(INSTALL_DIR)") { print "d 755 " dst; next }
+			if (dst ~ /\/$/) { n = split($2, p, "/"); dst = dst p[n] }
+			if (m == "$(INSTALL_BIN)") print "f 755 " dst
+			else if (m == "$(INSTALL_DATA)") print "f 644 " dst
+			else if (m == "$(INSTALL_CONF)") print "f 600 " dst
+			else if (m == "$(LN)") print "l 777 " dst
+			else print "? ? " $0
+		}
+	' "$makefile"
+	# conffiles entries that are not files are kept over sysupgrade through keep.d.
+	awk '
+		$0 == "define Package/nodeportd/conffiles" { inside = 1; next }
+		inside && $0 == "endef" { exit }
+		inside && /\/$/ { print "f 644 /lib/upgrade/keep.d/nodeportd" }
+	' "$makefile" | sort -u
+}
+
+# "TYPE MODE PATH" for each entry of a data.tar.gz, parents included.
+tar_tree() {
+	tar tvzf "$1" | awk '{
+		t = substr($1, 1, 1); t = (t == "-") ? "f" : t
+		mode = ""
+		for (i = 2; i <= 10; i += 3) {
+			v = 0
+			if (substr($1, i, 1) == "r") v += 4
+			if (substr($1, i + 1, 1) == "w") v += 2
+			if (substr($1, i + 2, 1) ~ /[xs]/) v += 1
+			mode = mode v
+		}
+		path = $6; sub(/^\./, "", path); sub(/\/$/, "", path)
+		if (path != "") print t " " mode " " path
+	}'
+}
+
+makefile_tree | sort >"$work/expected.tree"
+# The directories above the installed paths are in the archive too.
+awk '{ p = $3; while (sub(/\/[^\/]*$/, "", p) && p != "") print "d 755 " p }' "$work/expected.tree" |
+	sort -u >"$work/parents.tree"
+sort -u "$work/expected.tree" "$work/parents.tree" >"$work/expected.full"
+check "the Makefile install section parsed into a tree" test "$(grep -c '^?' "$work/expected.tree")" -eq 0
+
+for ipk in "${ipks[@]}"; do
+	name=${ipk##*/}
+	arch=${name#nodeportd_"${cargo_version}"_}
+	arch=${arch%.ipk}
+	x="$work/x-$arch"
+	mkdir -p "$x/control" "$x/data"
+
+	check "$name: outer archive is gzip, not ar" test "$(head -c 2 "$ipk" | od -An -tx1 | tr -d ' \n')" = 1f8b
+	check "$name: outer tar holds debian-binary, data, control" \
+		diff <(tar tzf "$ipk") <(printf '%s\n' ./debian-binary ./data.tar.gz ./control.tar.gz)
+	tar xzf "$ipk" -C "$x"
+	check "$name: debian-binary is 2.0" test "$(cat "$x/debian-binary")" = 2.0
+	check "$name: archives owned by 0:0 and dated SOURCE_DATE_EPOCH" env TZ=UTC bash -c "
+		for t in '$ipk' '$x/control.tar.gz' '$x/data.tar.gz'; do
+			tar --numeric-owner -tvzf \"\$t\" | awk '\$2 != \"0/0\" { print; bad = 1 } END { exit bad }' || exit 1
+			tar --full-time -tvzf \"\$t\" | grep -v ' 2023-11-14 22:13:20 ' && exit 1
+		done; exit 0"
+	tar xzf "$x/control.tar.gz" -C "$x/control"
+	tar xzf "$x/data.tar.gz" -C "$x/data"
+	c="$x/control/control"
+	field() { sed -n "s/^$1: //p" "$c"; }
+	check "$name: Package" test "$(field Package)" = nodeportd
+	check "$name: Version from Cargo.toml" test "$(field Version)" = "$cargo_version"
+	check "$name: Architecture $arch" test "$(field Architecture)" = "$arch"
+	check "$name: Depends on the nftables NAT kernel support" \
+		test "$(field Depends)" = "kmod-nft-core, kmod-nft-nat"
+	check "$name: License, Section, Source, SourceName, Maintainer" bash -c \
+		"grep -qx 'License: Apache-2.0' '$c' && grep -qx 'Section: net' '$c' &&
+		 grep -q '^Source: ' '$c' && grep -qx 'SourceName: nodeportd' '$c' && grep -q '^Maintainer: ' '$c'"
+	check "$name: Installed-Size is the unpacked data size" \
+		test "$(field Installed-Size)" = "$(gzip -dc "$x/data.tar.gz" | wc -c)"
+	check "$name: Description" grep -q '^Description: nodeportd makes the router' "$c"
+	check "$name: conffiles is the UCI config" test "$(cat "$x/control/conffiles")" = /etc/config/nodeportd
+	check "$name: postinst and prerm call OpenWrt's defaults" bash -c \
+		"test -x '$x/control/postinst' && test -x '$x/control/prerm' &&
+		 grep -q '^default_postinst ' '$x/control/postinst' && grep -q '^default_prerm ' '$x/control/prerm'"
+	check "$name: prerm-pkg removes the rules on removal, not on upgrade" bash -c \
+		"grep -q 'PKG_UPGRADE}\" = \"1\" ] && exit 0' '$x/control/prerm-pkg' &&
+		 grep -q '^/usr/sbin/nodeportd --cleanup' '$x/control/prerm-pkg'"
+	check "$name: the data tree is what the Makefile installs" \
+		diff "$work/expected.full" <(tar_tree "$x/data.tar.gz" | sort)
+	check "$name: nodeportctl links to nodeportd" test "$(readlink "$x/data/usr/sbin/nodeportctl")" = nodeportd
+	check "$name: init script and rpcd plugin are executable" \
+		test -x "$x/data/etc/init.d/nodeportd" -a -x "$x/data/usr/libexec/rpcd/nodeportd"
+	check "$name: the state directory survives sysupgrade" \
+		test "$(cat "$x/data/lib/upgrade/keep.d/nodeportd")" = /etc/nodeportd/
+done
+
+# --- shell files -------------------------------------------------------------------
+router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults" "$files/nodeportd.rpcd"
+	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/prerm-pkg")
+for f in "${router_sh[@]}"; do
+	rel=${f#"$root"/}
+	rel=${rel#"$work"/}
+	check "sh -n (dash) $rel" sh -n "$f"
+	check "busybox ash -n $rel" busybox sh -n "$f"
+done
+for f in "$pkg/build-ipk.sh" "$here/run.sh"; do
+	check "bash -n ${f#"$root"/}" bash -n "$f"
+done
+check "shellcheck on every shell file" shellcheck -x "${router_sh[@]}" "$pkg/build-ipk.sh" "$here/run.sh"
+check "the ACL is JSON with a read and a write group" jq -e '
+	(.["nodeportd-read"].read.ubus.nodeportd | sort) == (["endpoints_get","endpoints_list","service_get","service_list","status"])
+	and (.["nodeportd-write"].write.ubus.nodeportd | sort) == (["endpoints_apply","endpoints_delete","service_apply","service_delete"])
+	and (.["nodeportd-read"] | has("write") | not) and (.["nodeportd-write"] | has("read") | not)' "$files/nodeportd.acl.json"
+
+# --- fw4 includes ----------------------------------------------------------------------
+troot="$work/x-x86_64/data"
+for chain in forward input; do
+	inc="$troot/usr/share/nftables.d/chain-pre/$chain/10-nodeportd.nft"
+	cat >"$work/fw4-$chain.nft" <<EOF
+table inet nodeportd_fw4_check {
+	chain $chain {
+		type filter hook $chain priority filter; policy drop;
+		include "$inc"
+		ct state vmap { established : accept, related : accept }
+	}
+}
+EOF
+	check "fw4 chain-pre/$chain include parses (nft -c)" unshare -n nft -c -f "$work/fw4-$chain.nft"
+done
+
+# The bit in the include is the daemon's ct_mark_bit default.
+if effective=$("$troot/usr/sbin/nodeportd" --check-config --config "$troot/etc/config/nodeportd" 2>&1); then
+	ok "the packaged UCI config passes --check-config"
+	bit=$(sed -n 's/^ct_mark_bit = //p' <<<"$effective")
+	mark=$(printf '0x%08x' $((1 << ${bit:-99})))
+	check "fw4 includes match 1 << ct_mark_bit ($mark)" bash -c "
+		grep -q 'ct mark & $mark == $mark accept' '$files/nodeportd-forward.nft' &&
+		grep -q 'ct mark & $mark == $mark accept' '$files/nodeportd-input.nft'"
+	check "the packaged config answers on the LAN only" grep -qx 'nodeport_addresses = \["iface:br-lan"\]' <<<"$effective"
+else
+	not_ok "the packaged UCI config passes --check-config" "$effective"
+fi
+
+# --- the init script's procd calls ----------------------------------------------------------
+# rc.common is not here: stand-ins record what start_service and service_triggers ask procd for.
+cat >"$work/init-harness.sh" <<EOF
+procd_open_instance() { echo "open_instance \$*"; }
+procd_set_param() { echo "param \$*"; }
+procd_close_instance() { echo "close_instance"; }
+procd_add_reload_trigger() { echo "reload_trigger \$*"; }
+procd_add_reload_interface_trigger() { echo "interface_trigger \$*"; }
+procd_send_signal() { echo "signal \$*"; }
+config_load() { echo "config_load \$*"; }
+config_get() { eval "\$1=\\\$4"; [ "\$4" = /var/run/nodeportd/nodeportd.sock ] && eval "\$1=$work/run/nodeportd.sock"; }
+config_list_foreach() { echo "list_foreach \$1 \$2"; for i in lan wan; do "\$3" "\$i"; done; }
+. "$troot/etc/init.d/nodeportd"
+PROG="$troot/usr/sbin/nodeportd"
+CONF="$troot/etc/config/nodeportd"
+start_service
+service_triggers
+reload_service
+EOF
+if calls=$(sh "$work/init-harness.sh" 2>&1); then
+	ok "init script: start_service, service_triggers and reload_service run"
+	cat >"$work/expected.calls" <<EOF
+config_load nodeportd
+open_instance main
+param command $troot/usr/sbin/nodeportd --config $troot/etc/config/nodeportd --log syslog
+param file $troot/etc/config/nodeportd
+param reload_signal HUP
+param respawn
+param stdout 1
+param stderr 1
+close_instance
+reload_trigger nodeportd
+config_load nodeportd
+list_foreach init reload_interface
+interface_trigger lan
+interface_trigger wan
+signal nodeportd main HUP
+EOF
+	check "init script: procd instance, triggers and HUP reload" diff "$work/expected.calls" <(echo "$calls")
+	check "init script: START after fw4 (19)" test "$(sed -n 's/^START=//p' "$files/nodeportd.init")" -gt 19
+	check "init script: the socket directory is created" test -d "$work/run"
+else
+	not_ok "init script: start_service, service_triggers and reload_service run" "$calls"
+fi
+
+# --- the daemon from the package, driven through the rpcd plugin ------------------------------
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+ip -n "$ns" link add br-lan type bridge
+ip -n "$ns" addr add 198.18.77.1/24 dev br-lan
+ip -n "$ns" link set br-lan up
+mkdir -p "$work/run" "$work/state"
+sock="$work/run/nodeportd.sock"
+ip netns exec "$ns" "$troot/usr/sbin/nodeportd" --config "$troot/etc/config/nodeportd" \
+	--socket "$sock" --state-dir "$work/state" --dry-run --log stderr \
+	>"$work/daemon.out" 2>"$work/daemon.err" &
+daemon_pid=$!
+for _ in $(seq 1 100); do
+	[ -S "$sock" ] && break
+	sleep 0.1
+done
+check "the packaged daemon starts in --dry-run with the packaged UCI config" test -S "$sock"
+
+# rpcd runs `PLUGIN list` and `PLUGIN call METHOD` with the arguments as JSON on stdin,
+# and takes a JSON object from stdout. Here under busybox ash and applets, as on OpenWrt.
+bb="$work/busybox"
+mkdir -p "$bb"
+busybox --install -s "$bb"
+plugin="$troot/usr/libexec/rpcd/nodeportd"
+rpcd() {
+	ip netns exec "$ns" env -i PATH="$bb" NODEPORTCTL="$troot/usr/sbin/nodeportctl" \
+		NODEPORTD_SOCKET="$sock" "$bb/sh" "$plugin" "$@"
+}
+
+listed=$(rpcd list)
+check "plugin list: every method with its signature" jq -e '
+	(keys | sort) == (["endpoints_apply","endpoints_delete","endpoints_get","endpoints_list","service_apply","service_delete","service_get","service_list","status"])
+	and (.service_apply.object | type) == "object" and (.service_get.name | type) == "string"' <<<"$listed"
+
+# `call` with the session id uhttpd adds to every call it forwards.
+session='"ubus_rpc_session": "0123456789abcdef0123456789abcdef"'
+service='{"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"default"},"spec":{"type":"NodePort","selector":{"app":"web"},"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":8080}]}}'
+endpoints='{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"web","namespace":"default"},"subsets":[{"addresses":[{"ip":"198.18.78.2"}],"ports":[{"name":"http","port":8080,"protocol":"TCP"}]}]}'
+
+status=$(echo "{ $session }" | rpcd call status)
+# shellcheck disable=SC2016 # $v is a jq variable
+check "plugin call status: version, node addresses on br-lan, dataplane" jq -e --arg v "$cargo_version" '
+	.version == $v and (.node.addresses | tostring | contains("198.18.77.1"))
+	and (.dataplane | type) == "object" and (.nodePorts.range | tostring | contains("30000"))' <<<"$status"
+
+applied=$(echo "{ \"object\": $service, $session }" | rpcd call service_apply)
+check "plugin call service_apply: created, with a NodePort and a ClusterIP" jq -e '
+	.action == "created" and .object.metadata.name == "web"
+	and (.object.spec.ports[0].nodePort >= 30000 and .object.spec.ports[0].nodePort <= 32767)
+	and (.object.spec.clusterIP | startswith("10.96."))' <<<"$applied"
+node_port=$(jq -r '.object.spec.ports[0].nodePort' <<<"$applied" 2>/dev/null)
+
+check "plugin call service_apply again: unchanged" jq -e '.action == "unchanged"' \
+	<<<"$(echo "{ \"object\": $service, $session }" | rpcd call service_apply)"
+check "plugin call endpoints_apply: created" jq -e '.action == "created"' \
+	<<<"$(echo "{ \"object\": $endpoints, $session }" | rpcd call endpoints_apply)"
+# shellcheck disable=SC2016 # $p is a jq variable
+check "plugin call service_get: the stored Service with its NodePort" jq -e --argjson p "${node_port:-0}" '
+	.object.metadata.name == "web" and .object.spec.ports[0].nodePort == $p' \
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_get)"
+check "plugin call service_list: one item" jq -e '(.items | type) == "array" and (.items | length) == 1' \
+	<<<"$(echo "{ $session }" | rpcd call service_list)"
+check "plugin call endpoints_get: the stored Endpoints" jq -e '.object.subsets[0].addresses[0].ip == "198.18.78.2"' \
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", \"kind\": \"Endpoints\", $session }" | rpcd call endpoints_get)"
+
+sleep 1
+check "the dry run printed rules for the NodePort and the endpoint" bash -c \
+	"grep -q '${node_port:-none}' '$work/daemon.out' && grep -q '198.18.78.2' '$work/daemon.out'"
+
+absent=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | rpcd call service_get)
+check "plugin call service_get of a missing Service: an error object naming it" jq -e '
+	(.error | type) == "object" and (.error | tostring | test("nope")) and (.error | tostring | test("NotFound|not found"))' <<<"$absent"
+bad=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | rpcd call service_apply)
+check "plugin call service_apply of an invalid Service: an error object naming it" jq -e '
+	(.error | type) == "object" and (.error | tostring | test("Bad_Name"))' <<<"$bad"
+if out=$(echo '{}' | rpcd call no_such_method); then
+	not_ok "plugin call of an unknown method fails" "$out"
+else
+	check "plugin call of an unknown method fails with an error object" jq -e '.error.message | test("no_such_method")' <<<"$out"
+fi
+check "plugin call service_delete: the deleted Service" jq -e '.object.metadata.name == "web"' \
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_delete)"
+check "plugin call service_list after delete: empty" jq -e '(.items | type) == "array" and (.items | length) == 0' \
+	<<<"$(echo '{}' | rpcd call service_list)"
+
+kill "$daemon_pid" 2>/dev/null
+if wait "$daemon_pid"; then
+	ok "the daemon stops cleanly on SIGTERM"
+else
+	not_ok "the daemon stops cleanly on SIGTERM" "$(tail -n 20 "$work/daemon.err")"
+fi
+daemon_pid=""
+check "plugin call with the daemon stopped: an error object, not a crash" jq -e '.error.message | length > 0' \
+	<<<"$(echo '{}' | rpcd call status)"
+
+# --- fw4 coexistence, with real traffic --------------------------------------------------
+# A router namespace with an fw4-like forward chain (policy drop, established/related
+# accepted), a LAN client and a backend. The packaged daemon (not a dry run) programs
+# a NodePort; the client reaches it only once the package's include is in the chain.
+r="${ns}r" c="${ns}c" b="${ns}b"
+for n in "$r" "$c" "$b"; do
+	ip netns add "$n"
+	ip -n "$n" link set lo up
+done
+ip -n "$r" link add br-lan type bridge
+ip link add npc0 netns "$c" type veth peer name lan0 netns "$r"
+ip link add svc0 netns "$r" type veth peer name npb0 netns "$b"
+ip -n "$r" link set lan0 master br-lan
+for l in br-lan lan0 svc0; do ip -n "$r" link set "$l" up; done
+ip -n "$r" addr add 198.18.77.1/24 dev br-lan
+ip -n "$r" addr add 198.18.78.1/24 dev svc0
+ip netns exec "$r" sysctl -qw net.ipv4.ip_forward=1
+ip -n "$c" addr add 198.18.77.2/24 dev npc0
+ip -n "$c" link set npc0 up
+ip -n "$c" route add default via 198.18.77.1
+ip -n "$b" addr add 198.18.78.2/24 dev npb0
+ip -n "$b" link set npb0 up
+ip -n "$b" route add default via 198.18.78.1
+mkdir -p "$work/www" "$work/run2" "$work/state2"
+echo nodeportd-backend >"$work/www/index.html"
+ip netns exec "$b" busybox httpd -f -p 8080 -h "$work/www" &
+httpd_pid=$!
+
+fw4_chain() {
+	# $1: the include line, or nothing
+	cat <<EOF
+table inet fw4check {
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		$1
+		ct state vmap { established : accept, related : accept }
+	}
+}
+EOF
+}
+fw4_load() {
+	ip netns exec "$r" nft delete table inet fw4check 2>/dev/null
+	fw4_chain "$1" | ip netns exec "$r" nft -f -
+}
+fw4_load ""
+
+# The packaged config, with ClusterIPs from the test range: traffic stays in 198.18.0.0/15.
+sed "s|list service_cluster_ip_ranges '10.96.0.0/16'|list service_cluster_ip_ranges '198.19.96.0/24'|" \
+	"$troot/etc/config/nodeportd" >"$work/nodeportd.uci"
+check "the traffic test's config differs from the packaged one only in the ClusterIP range" \
+	test "$(diff "$troot/etc/config/nodeportd" "$work/nodeportd.uci" | grep -c '^[<>]')" -eq 2
+sock2="$work/run2/nodeportd.sock"
+ip netns exec "$r" "$troot/usr/sbin/nodeportd" --config "$work/nodeportd.uci" \
+	--socket "$sock2" --state-dir "$work/state2" --log stderr >"$work/daemon2.out" 2>"$work/daemon2.err" &
+daemon_pid=$!
+for _ in $(seq 1 100); do
+	[ -S "$sock2" ] && break
+	sleep 0.1
+done
+check "the packaged daemon starts for real in the router namespace" test -S "$sock2"
+
+rpcd_r() {
+	ip netns exec "$r" env -i PATH="$bb" NODEPORTCTL="$troot/usr/sbin/nodeportctl" \
+		NODEPORTD_SOCKET="$sock2" "$bb/sh" "$plugin" "$@"
+}
+applied=$(echo "{ \"object\": $service }" | rpcd_r call service_apply)
+echo "{ \"object\": $endpoints }" | rpcd_r call endpoints_apply >/dev/null
+np=$(jq -r '.object.spec.ports[0].nodePort // empty' <<<"$applied" 2>/dev/null)
+cip=$(jq -r '.object.spec.clusterIP // empty' <<<"$applied" 2>/dev/null)
+
+fetch() {
+	ip netns exec "$c" curl -s -m 2 "http://$1/"
+}
+# Wait for the daemon's rules, then check that fw4 without the include drops the traffic:
+# otherwise the test below would prove nothing.
+for _ in $(seq 1 50); do
+	ip netns exec "$r" nft list table inet nodeportd 2>/dev/null | grep -q "${np:-none}" && break
+	sleep 0.1
+done
+check "the daemon programmed NodePort ${np:-?} in its own table" bash -c \
+	"ip netns exec '$r' nft list table inet nodeportd | grep -q '${np:-none}'"
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "without the include, fw4's forward policy drops the DNAT'd connection"
+else
+	ok "without the include, fw4's forward policy drops the DNAT'd connection"
+fi
+
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "with the include, the LAN client reaches the NodePort" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
+check "with the include, the LAN client reaches the ClusterIP" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '${cip:-0.0.0.0}:80')\" = nodeportd-backend ]"
+
+# `fw4 reload` replaces its own table only; `firewall stop` can take every table with it.
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "an fw4 reload leaves the daemon's table in place" bash -c \
+	"ip netns exec '$r' nft list table inet nodeportd | grep -q '${np:-none}'"
+ip netns exec "$r" nft flush ruleset
+for _ in $(seq 1 100); do
+	ip netns exec "$r" nft list table inet nodeportd 2>/dev/null | grep -q "${np:-none}" && break
+	sleep 0.1
+done
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "after nft flush ruleset the daemon restores its table and the NodePort answers" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
+
+kill "$daemon_pid" 2>/dev/null
+wait "$daemon_pid" 2>/dev/null
+daemon_pid=""
+check "nodeportd --cleanup (the package's prerm) removes the daemon's table" bash -c "
+	ip netns exec '$r' '$troot/usr/sbin/nodeportd' --cleanup --config '$work/nodeportd.uci' &&
+	! ip netns exec '$r' nft list table inet nodeportd >/dev/null 2>&1"
+kill "$httpd_pid" 2>/dev/null
+wait "$httpd_pid" 2>/dev/null
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

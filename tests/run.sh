@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The test command (README.md): every check, in order of cost. Run as root (the
+# kernel-facing tests create network namespaces). Exits non-zero on the first failure.
+#   tests/run.sh            everything
+#   tests/run.sh quick      formatting, lints, unit and integration tests only
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-all}
+
+step() { printf '\n==== %s (%s)\n' "$*" "$(date +%T)"; }
+start=$(date +%s)
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test (unit, integration, real-kernel netns tests)"
+cargo test -- --test-threads=2
+
+[ "$mode" = quick ] && { step "quick checks passed in $(( $(date +%s) - start ))s"; exit 0; }
+
+if [ -x fuzz/run.sh ]; then
+    step "fuzz the request path (bounded)"
+    fuzz/run.sh 60
+fi
+
+step "end-to-end: the daemon in network namespaces with real traffic"
+tests/netns/run.sh
+
+step "static builds for the router targets (+ s390x for the big-endian guest)"
+cross/build.sh all s390x
+
+step "size budget"
+cross/size-check.sh
+
+step "qemu-user smoke test of every binary"
+tests/smoke/run.sh
+
+step "OpenWrt packages"
+openwrt-package/build-ipk.sh
+tests/package/run.sh
+
+step "emulated routers (full-system QEMU)"
+tests/qemu/run.sh mipsel aarch64 s390x
+
+step "all checks passed in $(( $(date +%s) - start ))s"
