@@ -136,4 +136,6 @@ fn nodeports_follow_address_changes() {
     eprintln!(
         "ok: default route moved to br0: 198.18.2.1:30080 answers {took:?} after the change, 198.18.77.1 no more"
     );
+    // SIGTERM stops the daemon cleanly (the rules stay, as CONTRACT.md says).
+    t.terminate(daemon, Duration::from_secs(5));
 }
