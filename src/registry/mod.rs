@@ -1,1 +1,522 @@
-//! registry
+//! The registry: every stored Service, Endpoints and EndpointSlice plus the allocators
+//! that back them, changed only through transactional apply/delete calls.
+//!
+//! Pure: no I/O, no clock. The caller passes a [`Stamp`] (time and a fresh uid) and
+//! persists what the calls return. Every call either succeeds completely or leaves the
+//! registry exactly as it was, allocations included.
+
+mod backends;
+mod meta;
+mod service;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::Serialize;
+
+use crate::alloc::{AllocError, IpAllocator, PortAllocator, Rng, Usage};
+use crate::config::PortRange;
+use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service};
+
+pub use backends::PortBackends;
+
+/// What the caller supplies for a write: the current time (RFC 3339) and a uid to
+/// give a newly created object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub now: String,
+    pub uid: String,
+}
+
+/// The outcome of an apply, as kubectl prints it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Created,
+    Configured,
+    /// The stored object did not change: the caller can skip the disk write.
+    Unchanged,
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Action::Created => "created",
+            Action::Configured => "configured",
+            Action::Unchanged => "unchanged",
+        })
+    }
+}
+
+/// Which endpoint object kind a get/list/delete means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointsKind {
+    Endpoints,
+    EndpointSlice,
+}
+
+/// Allocator figures for `status` (CONTRACT.md): `nodePorts.{range,static,dynamic}` and
+/// `serviceCIDRs[]`, each band `{first, last, used, free}` (`static` is null when the
+/// range is too small to have one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryUsage {
+    pub node_ports: NodePortUsage,
+    #[serde(rename = "serviceCIDRs")]
+    pub service_cidrs: Vec<CidrUsage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct NodePortUsage {
+    pub range: String,
+    #[serde(flatten)]
+    pub bands: Usage<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CidrUsage {
+    pub cidr: String,
+    #[serde(flatten)]
+    pub bands: Usage<IpAddr>,
+}
+
+type Key = (String, String);
+
+/// What one Service really holds in the allocators. Usually every value its stored
+/// object carries; after a restore with conflicts, less (the values it lost are in
+/// `problems`). Releases go by this record, never by the object, so a Service can
+/// never free a value another Service owns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Held {
+    ports: BTreeSet<u16>,
+    ips: BTreeSet<IpAddr>,
+}
+
+/// Values taken during one request, released again if it fails.
+#[derive(Debug, Default)]
+struct Taken {
+    ports: Vec<u16>,
+    ips: Vec<IpAddr>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Registry {
+    node_ports: PortAllocator,
+    /// At most one per family, IPv4 first (as the config orders them): the first is
+    /// the primary family for services that do not ask for one.
+    cluster_ips: Vec<IpAllocator>,
+    services: BTreeMap<Key, Service>,
+    held: BTreeMap<Key, Held>,
+    endpoints: BTreeMap<Key, Endpoints>,
+    slices: BTreeMap<Key, EndpointSlice>,
+    problems: Vec<(Key, String)>,
+    resource_version: u64,
+}
+
+impl Registry {
+    pub fn new(node_port_range: PortRange, service_cidrs: &[IpNet]) -> Registry {
+        Registry::build(node_port_range, service_cidrs, None)
+    }
+
+    /// Like [`Registry::new`] with a fixed random seed (tests, benchmarks).
+    pub fn with_seed(node_port_range: PortRange, service_cidrs: &[IpNet], seed: u64) -> Registry {
+        Registry::build(node_port_range, service_cidrs, Some(seed))
+    }
+
+    fn build(range: PortRange, cidrs: &[IpNet], seed: Option<u64>) -> Registry {
+        let rng = |i: u64| match seed {
+            Some(s) => Rng::seeded(s.wrapping_mul(0x2545_F491_4F6C_DD1D).wrapping_add(i)),
+            None => Rng::from_entropy(),
+        };
+        let mut cidrs = cidrs.to_vec();
+        cidrs.sort_by_key(|n| n.max_prefix_len());
+        Registry {
+            node_ports: PortAllocator::new(range, rng(0)),
+            cluster_ips: cidrs.iter().enumerate().map(|(i, n)| IpAllocator::new(*n, rng(i as u64 + 1))).collect(),
+            services: BTreeMap::new(),
+            held: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            slices: BTreeMap::new(),
+            problems: Vec::new(),
+            resource_version: 0,
+        }
+    }
+
+    /// Rebuilds the registry from stored objects (daemon start, config reload).
+    ///
+    /// Every Service is kept. Its values are claimed in namespace/name order; a value
+    /// that is outside the configured ranges, or already claimed by an earlier
+    /// Service, is reported (the returned list, and [`Registry::problems`]) and not
+    /// held by this Service, so deleting it cannot free the other owner's value.
+    pub fn restore(
+        range: PortRange,
+        cidrs: &[IpNet],
+        services: Vec<Service>,
+        endpoints: Vec<EndpointsObject>,
+    ) -> (Registry, Vec<String>) {
+        Registry::restore_inner(Registry::new(range, cidrs), services, endpoints)
+    }
+
+    fn restore_inner(
+        mut reg: Registry,
+        services: Vec<Service>,
+        endpoints: Vec<EndpointsObject>,
+    ) -> (Registry, Vec<String>) {
+        let mut services: Vec<Service> = services;
+        for s in &mut services {
+            meta::default_namespace(&mut s.metadata);
+        }
+        services.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+        let mut port_owner: BTreeMap<u16, String> = BTreeMap::new();
+        let mut ip_owner: BTreeMap<IpAddr, String> = BTreeMap::new();
+        for svc in services {
+            let key = key_of(&svc);
+            let who = format!("{}/{}", key.0, key.1);
+            let mut held = Held::default();
+            for (field, v) in service::node_port_values(&svc) {
+                if u16::try_from(v).is_ok_and(|p| held.ports.contains(&p)) {
+                    continue;
+                }
+                let problem = match u16::try_from(v).map_err(|_| AllocError::OutOfRange) {
+                    Ok(p) => match reg.node_ports.allocate(p) {
+                        Ok(()) => {
+                            held.ports.insert(p);
+                            port_owner.insert(p, who.clone());
+                            None
+                        }
+                        Err(AllocError::AlreadyAllocated) => Some(format!(
+                            "service {who}: {field} {v} is already allocated to service {}",
+                            port_owner.get(&p).map_or("?", String::as_str)
+                        )),
+                        Err(_) => Some(format!(
+                            "service {who}: {field} {v} is not in the NodePort range {}",
+                            reg.node_ports.range()
+                        )),
+                    },
+                    Err(_) => Some(format!("service {who}: {field} {v} is not a port number")),
+                };
+                if let Some(p) = problem {
+                    reg.problems.push((key.clone(), p));
+                }
+            }
+            for (i, s) in svc.spec.cluster_ips.iter().enumerate() {
+                if s == "None" {
+                    continue;
+                }
+                let field = format!("spec.clusterIPs[{i}]");
+                let problem = match s.parse::<IpAddr>() {
+                    Err(_) => Some(format!("service {who}: {field} {s} is not an IP address")),
+                    Ok(ip) => match reg.cluster_ips.iter_mut().find(|a| a.is_ipv4() == ip.is_ipv4()) {
+                        None => {
+                            Some(format!("service {who}: {field} {ip}: no service CIDR of its family is configured"))
+                        }
+                        Some(a) => match a.allocate(ip) {
+                            Ok(()) => {
+                                held.ips.insert(ip);
+                                ip_owner.insert(ip, who.clone());
+                                None
+                            }
+                            Err(AllocError::AlreadyAllocated) => Some(format!(
+                                "service {who}: {field} {ip} is already allocated to service {}",
+                                ip_owner.get(&ip).map_or("?", String::as_str)
+                            )),
+                            Err(_) => {
+                                Some(format!("service {who}: {field} {ip} is not in the service CIDR {}", a.net()))
+                            }
+                        },
+                    },
+                };
+                if let Some(p) = problem {
+                    reg.problems.push((key.clone(), p));
+                }
+            }
+            let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            reg.resource_version = reg.resource_version.max(rv);
+            reg.held.insert(key.clone(), held);
+            reg.services.insert(key, svc);
+        }
+        for obj in endpoints {
+            match obj {
+                EndpointsObject::Endpoints(mut e) => {
+                    meta::default_namespace(&mut e.metadata);
+                    reg.note_rv(&e.metadata);
+                    reg.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e);
+                }
+                EndpointsObject::Slice(mut e) => {
+                    meta::default_namespace(&mut e.metadata);
+                    reg.note_rv(&e.metadata);
+                    reg.slices.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e);
+                }
+            }
+        }
+        let list = reg.problems();
+        (reg, list)
+    }
+
+    fn note_rv(&mut self, m: &crate::model::ObjectMeta) {
+        let rv = m.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        self.resource_version = self.resource_version.max(rv);
+    }
+
+    fn next_rv(&mut self) -> String {
+        self.resource_version += 1;
+        self.resource_version.to_string()
+    }
+
+    /// A registry with new ranges holding the same objects, or — when a stored value
+    /// no longer fits (or would newly collide) — the reasons, naming service and value.
+    /// The caller keeps the old registry (and config) on error.
+    pub fn reconfigure(&self, range: PortRange, cidrs: &[IpNet]) -> Result<Registry, String> {
+        let objs = self.endpoints_objects();
+        let (mut reg, problems) =
+            Registry::restore_inner(Registry::new(range, cidrs), self.services.values().cloned().collect(), objs);
+        let known = self.problems();
+        let new: Vec<&String> = problems.iter().filter(|p| !known.contains(p)).collect();
+        if !new.is_empty() {
+            return Err(new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; "));
+        }
+        reg.resource_version = reg.resource_version.max(self.resource_version);
+        Ok(reg)
+    }
+
+    fn endpoints_objects(&self) -> Vec<EndpointsObject> {
+        self.endpoints
+            .values()
+            .cloned()
+            .map(EndpointsObject::Endpoints)
+            .chain(self.slices.values().cloned().map(EndpointsObject::Slice))
+            .collect()
+    }
+
+    /// Restore-time conflicts still standing (a Service's problem goes away once it
+    /// is successfully re-applied or deleted).
+    pub fn problems(&self) -> Vec<String> {
+        self.problems.iter().map(|(_, p)| p.clone()).collect()
+    }
+
+    pub fn node_port_range(&self) -> PortRange {
+        self.node_ports.range()
+    }
+
+    pub fn service_cidrs(&self) -> Vec<IpNet> {
+        self.cluster_ips.iter().map(IpAllocator::net).collect()
+    }
+
+    pub fn usage(&self) -> RegistryUsage {
+        RegistryUsage {
+            node_ports: NodePortUsage { range: self.node_ports.range().to_string(), bands: self.node_ports.usage() },
+            service_cidrs: self
+                .cluster_ips
+                .iter()
+                .map(|a| CidrUsage { cidr: a.net().to_string(), bands: a.usage() })
+                .collect(),
+        }
+    }
+
+    pub fn service_count(&self) -> usize {
+        self.services.len()
+    }
+
+    pub fn endpoints_count(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    pub fn endpoint_slice_count(&self) -> usize {
+        self.slices.len()
+    }
+
+    // ---- Services ----
+
+    pub fn get_service(&self, ns: &str, name: &str) -> Result<Service, ApiError> {
+        self.services
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found("services", name))
+    }
+
+    /// Sorted by namespace, then name; every namespace when `ns` is `None`.
+    pub fn list_services(&self, ns: Option<&str>) -> Vec<Service> {
+        self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| s.clone()).collect()
+    }
+
+    pub fn delete_service(&mut self, ns: &str, name: &str) -> Result<Service, ApiError> {
+        let key = (ns.to_string(), name.to_string());
+        let svc = self.services.remove(&key).ok_or_else(|| ApiError::not_found("services", name))?;
+        if let Some(h) = self.held.remove(&key) {
+            self.release(&h, &Held::default());
+        }
+        self.problems.retain(|(k, _)| *k != key);
+        Ok(svc)
+    }
+
+    /// Creates or updates a Service with Kubernetes' allocation semantics (see the
+    /// `service` module). On error nothing changed.
+    pub fn apply_service(&mut self, mut svc: Service, stamp: &Stamp) -> Result<(Action, Service), ApiError> {
+        meta::default_namespace(&mut svc.metadata);
+        if svc.metadata.name.is_empty() {
+            return Err(ApiError::required("Service", "", "metadata.name"));
+        }
+        svc.kind = Some("Service".into());
+        svc.api_version = Some("v1".into());
+        let key = key_of(&svc);
+        let old = self.services.get(&key).cloned();
+        let prev = self.held.get(&key).cloned().unwrap_or_default();
+        let mut taken = Taken::default();
+        let held = match self.plan_service(&mut svc, old.as_ref(), &prev, &mut taken) {
+            Ok(h) => h,
+            Err(e) => {
+                self.rollback(taken);
+                return Err(e);
+            }
+        };
+        match &old {
+            Some(o) => {
+                svc.status = o.status.clone();
+                svc.metadata.generation = match (o.spec == svc.spec, o.metadata.generation) {
+                    (true, g) => g,
+                    (false, g) => Some(g.unwrap_or(1) + 1),
+                };
+            }
+            None => {
+                svc.status = Some(Default::default());
+                svc.metadata.generation = Some(1);
+            }
+        }
+        let action = meta::stamp(&mut svc.metadata, old.as_ref().map(|o| &o.metadata), stamp);
+        if old.as_ref() == Some(&svc) {
+            // Nothing new was needed, so nothing was taken; keep it that way.
+            self.rollback(taken);
+            return Ok((Action::Unchanged, svc));
+        }
+        svc.metadata.resource_version = Some(self.next_rv());
+        self.release(&prev, &held);
+        self.held.insert(key.clone(), held);
+        self.problems.retain(|(k, _)| *k != key);
+        self.services.insert(key, svc.clone());
+        Ok((action, svc))
+    }
+
+    fn rollback(&mut self, taken: Taken) {
+        for p in taken.ports {
+            self.node_ports.release(p);
+        }
+        for ip in taken.ips {
+            for a in &mut self.cluster_ips {
+                a.release(ip);
+            }
+        }
+    }
+
+    /// Frees what `old` holds and `new` does not.
+    fn release(&mut self, old: &Held, new: &Held) {
+        for p in old.ports.difference(&new.ports) {
+            self.node_ports.release(*p);
+        }
+        for ip in old.ips.difference(&new.ips) {
+            for a in &mut self.cluster_ips {
+                a.release(*ip);
+            }
+        }
+    }
+
+    // ---- Endpoints and EndpointSlices ----
+
+    pub fn apply_endpoints(
+        &mut self,
+        obj: EndpointsObject,
+        stamp: &Stamp,
+    ) -> Result<(Action, EndpointsObject), ApiError> {
+        match obj {
+            EndpointsObject::Endpoints(mut e) => {
+                meta::default_namespace(&mut e.metadata);
+                if e.metadata.name.is_empty() {
+                    return Err(ApiError::required("Endpoints", "", "metadata.name"));
+                }
+                e.kind = Some("Endpoints".into());
+                e.api_version = Some("v1".into());
+                let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
+                let old = self.endpoints.get(&key);
+                let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
+                if old == Some(&e) {
+                    return Ok((Action::Unchanged, EndpointsObject::Endpoints(e)));
+                }
+                e.metadata.resource_version = Some(self.next_rv());
+                self.endpoints.insert(key, e.clone());
+                Ok((action, EndpointsObject::Endpoints(e)))
+            }
+            EndpointsObject::Slice(mut e) => {
+                meta::default_namespace(&mut e.metadata);
+                if e.metadata.name.is_empty() {
+                    return Err(ApiError::required("EndpointSlice", "", "metadata.name"));
+                }
+                e.kind = Some("EndpointSlice".into());
+                e.api_version = Some("discovery.k8s.io/v1".into());
+                let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
+                let old = self.slices.get(&key);
+                let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
+                if old == Some(&e) {
+                    return Ok((Action::Unchanged, EndpointsObject::Slice(e)));
+                }
+                e.metadata.resource_version = Some(self.next_rv());
+                self.slices.insert(key, e.clone());
+                Ok((action, EndpointsObject::Slice(e)))
+            }
+        }
+    }
+
+    pub fn get_endpoints(&self, kind: EndpointsKind, ns: &str, name: &str) -> Result<EndpointsObject, ApiError> {
+        let key = (ns.to_string(), name.to_string());
+        match kind {
+            EndpointsKind::Endpoints => self
+                .endpoints
+                .get(&key)
+                .cloned()
+                .map(EndpointsObject::Endpoints)
+                .ok_or_else(|| ApiError::not_found("endpoints", name)),
+            EndpointsKind::EndpointSlice => self
+                .slices
+                .get(&key)
+                .cloned()
+                .map(EndpointsObject::Slice)
+                .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
+        }
+    }
+
+    /// Both kinds when `kind` is `None` (Endpoints first), each sorted by namespace/name.
+    pub fn list_endpoints(&self, kind: Option<EndpointsKind>, ns: Option<&str>) -> Vec<EndpointsObject> {
+        let in_ns = |k: &Key| ns.is_none_or(|want| want == k.0);
+        let mut out = Vec::new();
+        if kind != Some(EndpointsKind::EndpointSlice) {
+            out.extend(
+                self.endpoints.iter().filter(|(k, _)| in_ns(k)).map(|(_, e)| EndpointsObject::Endpoints(e.clone())),
+            );
+        }
+        if kind != Some(EndpointsKind::Endpoints) {
+            out.extend(self.slices.iter().filter(|(k, _)| in_ns(k)).map(|(_, e)| EndpointsObject::Slice(e.clone())));
+        }
+        out
+    }
+
+    pub fn delete_endpoints(&mut self, kind: EndpointsKind, ns: &str, name: &str) -> Result<EndpointsObject, ApiError> {
+        let key = (ns.to_string(), name.to_string());
+        match kind {
+            EndpointsKind::Endpoints => self
+                .endpoints
+                .remove(&key)
+                .map(EndpointsObject::Endpoints)
+                .ok_or_else(|| ApiError::not_found("endpoints", name)),
+            EndpointsKind::EndpointSlice => self
+                .slices
+                .remove(&key)
+                .map(EndpointsObject::Slice)
+                .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
+        }
+    }
+}
+
+fn key_of(svc: &Service) -> Key {
+    (svc.namespace().to_string(), svc.name().to_string())
+}
