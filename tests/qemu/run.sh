@@ -78,7 +78,7 @@ arch_vars() {
 		QEMU_PKG=qemu-system-misc QEMU_OPTS=(-M s390-ccw-virtio)
 		CONSOLE=ttysclp0 NIC=virtio-net-ccw NIC_OPTS=""
 		MODS_NIC="virtio_net" MODS_EXTRA=""
-		RUST_TARGET=s390x-unknown-linux-gnu IPK_GLOB=""
+		RUST_TARGET=s390x-unknown-linux-gnu IPK_GLOB="s390x"
 		;;
 	*) die "unknown architecture '$ARCH' (want one of: ${ALL_ARCHES[*]})" ;;
 	esac
@@ -561,36 +561,61 @@ MANIFESTS='{"apiVersion":"v1","kind":"List","items":[
  "spec":{"type":"NodePort","selector":{"app":"none"},"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}]}}
 ]}'
 
+# Start the daemon as /etc/init.d/nodeportd would (busybox has no procd): check
+# the packaged config, create the socket's directory, run it in the background.
+# The packaged config is adjusted for the test network first.
 start_daemon() {
 	local out rc
 	out=$(guest 120 <<EOF
 set -e
-cfg=/etc/nodeportd/nodeportd.toml
-{
-  echo 'nodeport_addresses = ["$NODEPORT_CIDR"]'
-  echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR"]'
-  echo 'node_name = "qemu-$ARCH"'
-  # The packaged file, minus the keys set above (top-level keys come first in TOML).
-  [ -f \$cfg ] && awk '
-    /^[ \t]*(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]*=/ { skip = (\$0 ~ /\[/ && \$0 !~ /\]/); next }
-    skip { if (\$0 ~ /\]/) skip = 0; next }
-    { print }' \$cfg
-} > /tmp/nodeportd.toml
-nodeportd --check-config --config /tmp/nodeportd.toml > /tmp/check-config.out 2>&1 || { cat /tmp/check-config.out; exit 1; }
+uci=/etc/config/nodeportd
+toml=/etc/nodeportd/nodeportd.toml
+if [ -f \$uci ]; then
+  cfg=\$uci
+  # Our keys replace the packaged ones in the daemon's section.
+  awk '
+    /^[ \t]*(option|list)[ \t]+(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]/ { next }
+    { print }
+    /^config[ \t]+(nodeportd|main)/ {
+      print "\toption node_name '"'"'qemu-$ARCH'"'"'"
+      print "\tlist service_cluster_ip_ranges '"'"'$CLUSTER_CIDR'"'"'"
+      print "\tlist nodeport_addresses '"'"'$NODEPORT_CIDR'"'"'"
+    }' \$uci > /tmp/nodeportd.conf
+  cat /tmp/nodeportd.conf > \$uci
+else
+  cfg=\$toml
+  mkdir -p /etc/nodeportd
+  {
+    echo 'nodeport_addresses = ["$NODEPORT_CIDR"]'
+    echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR"]'
+    echo 'node_name = "qemu-$ARCH"'
+    # Top-level keys come first in TOML: ours, then the rest of the file.
+    [ -f \$toml ] && awk '
+      /^[ \t]*(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]*=/ { skip = (\$0 ~ /\[/ && \$0 !~ /\]/); next }
+      skip { if (\$0 ~ /\]/) skip = 0; next }
+      { print }' \$toml
+  } > /tmp/nodeportd.conf
+  cat /tmp/nodeportd.conf > \$toml
+fi
+echo "\$cfg" > /tmp/nodeportd.cfgpath
+echo "--- \$cfg"; grep -v '^[[:space:]]*#' \$cfg | grep .
+nodeportd --check-config --config \$cfg > /tmp/check-config.out 2>&1 || { cat /tmp/check-config.out; exit 1; }
+mkdir -p /var/run/nodeportd
 # busybox date has no %N: /proc/uptime counts in 10 ms steps.
 ms() { read -r up _ < /proc/uptime; echo \$(( \${up%.*}\${up#*.} * 10 )); }
 t0=\$(ms)
-nodeportd --config /tmp/nodeportd.toml --log stderr < /dev/null > /tmp/nodeportd.log 2>&1 &
+nodeportd --config \$cfg --log stderr < /dev/null > /tmp/nodeportd.log 2>&1 &
 echo \$! > /tmp/nodeportd.pid
 i=0
 until nodeportctl status > /dev/null 2>&1; do
   i=\$((i + 1)); [ \$i -lt 600 ] || { echo "daemon not answering"; cat /tmp/nodeportd.log; exit 1; }
-  kill -0 \$(cat /tmp/nodeportd.pid) || { echo "daemon exited"; cat /tmp/nodeportd.log; exit 1; }
+  kill -0 \$(cat /tmp/nodeportd.pid) 2>/dev/null || { echo "daemon exited"; cat /tmp/nodeportd.log; exit 1; }
   sleep 0.05
 done
 t1=\$(ms)
 echo \$((t1 - t0)) > /tmp/startup_ms
 echo "startup_ms=\$((t1 - t0))"
+nodeportctl status
 EOF
 	) && rc=0 || rc=$?
 	echo "$out" >&2
