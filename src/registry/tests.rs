@@ -549,6 +549,66 @@ fn usage_json_shape() {
     assert_eq!(v["serviceCIDRs"][0]["dynamic"]["free"], 65278);
 }
 
+#[test]
+fn reapplying_the_stored_object_is_unchanged() {
+    // What `nodeportctl get svc -o json` prints, applied again, must not move anything.
+    let mut r = Registry::with_seed(range(), &dual(), 9);
+    let objs = [
+        np("web", json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}])),
+        svc(
+            json!({"metadata": {"name": "ds"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}}),
+        ),
+        svc(
+            json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}}),
+        ),
+        svc(json!({"metadata": {"name": "hl"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}})),
+        svc(json!({"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.org"}})),
+    ];
+    for o in objs {
+        let (_, stored) = r.apply_service(o, &stamp()).unwrap();
+        let usage = r.usage();
+        let (a, again) = r.apply_service(stored.clone(), &stamp()).unwrap();
+        assert_eq!(a, Action::Unchanged, "{}", stored.name());
+        assert_eq!(again, stored);
+        assert_eq!(r.usage(), usage);
+    }
+}
+
+#[test]
+fn type_change_nodeport_to_loadbalancer_keeps_ports_and_bumps_generation() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    assert_eq!(s.metadata.generation, Some(1));
+    let mut lb = np("web", json!([{"port": 80}]));
+    lb.spec.type_ = Some("LoadBalancer".into());
+    let (a, s2) = r.apply_service(lb, &stamp()).unwrap();
+    assert_eq!(a, Action::Configured);
+    assert_eq!(node_ports(&s2), node_ports(&s));
+    assert_eq!(s2.metadata.generation, Some(2));
+    assert_eq!(r.node_ports.allocated().len(), 1);
+}
+
+#[test]
+fn restore_keeps_endpoints_and_backends() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    let (_, e) = r
+        .apply_endpoints(
+            slice(
+                "web-1",
+                "web",
+                json!({"addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.0.1"]}]}),
+            ),
+            &stamp(),
+        )
+        .unwrap();
+    let (r2, problems) = Registry::restore(range(), &v4(), vec![s.clone()], vec![e]);
+    assert!(problems.is_empty());
+    assert_eq!(r2.backends(&s), r.backends(&s));
+    assert_eq!(r2.backends(&s)[0].backends.len(), 1);
+    assert_eq!(r2.endpoint_slice_count(), 1);
+}
+
 // ---- endpoints ----
 
 fn slice(name: &str, svc_name: &str, v: serde_json::Value) -> EndpointsObject {
