@@ -163,7 +163,16 @@ impl Registry {
                 ));
             }
         }
-        let req = carried_ips(svc);
+        // As the API server does: an update without `clusterIPs` whose `clusterIP` is
+        // absent or the stored primary keeps all stored IPs (the secondary included).
+        let inherit = svc.spec.cluster_ips.is_empty()
+            && !old_ips.is_empty()
+            && svc
+                .spec
+                .cluster_ip
+                .as_deref()
+                .is_none_or(|c| c.is_empty() || Some(c) == old_ips.first().map(String::as_str));
+        let req = if inherit { old_ips.clone() } else { carried_ips(svc) };
         for (i, (new, was)) in req.iter().zip(&old_ips).enumerate() {
             if new != was {
                 return Err(invalid(&format!("spec.clusterIPs[{i}]"), &json_list(&req), "may not change once set"));
@@ -235,7 +244,7 @@ impl Registry {
                 }
             }
         }
-        let asked_two = given_families.len() == 2 || req.len() == 2;
+        let asked_two = given_families.len() == 2 || svc.spec.cluster_ips.len() == 2;
         let policy: String = match svc.spec.ip_family_policy.clone() {
             Some(p) => p,
             None if asked_two => REQUIRE.into(),

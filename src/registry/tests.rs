@@ -364,6 +364,26 @@ fn cluster_ip_is_immutable_but_may_be_omitted() {
 }
 
 #[test]
+fn dual_stack_update_naming_only_the_primary_keeps_the_secondary() {
+    let mut r = Registry::with_seed(range(), &dual(), 4);
+    let (_, s) = r
+        .apply_service(svc(json!({"metadata": {"name": "ds"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}})), &stamp())
+        .unwrap();
+    assert_eq!(s.spec.cluster_ips.len(), 2);
+    for spec in [
+        json!({"ports": [{"port": 81}]}),
+        json!({"clusterIP": s.spec.cluster_ips[0], "ports": [{"port": 82}]}),
+        json!({"clusterIP": s.spec.cluster_ips[0], "ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 83}]}),
+    ] {
+        let (a, s2) = r.apply_service(svc(json!({"metadata": {"name": "ds"}, "spec": spec})), &stamp()).unwrap();
+        assert_eq!(a, Action::Configured);
+        assert_eq!(s2.spec.cluster_ips, s.spec.cluster_ips);
+        assert_eq!(s2.spec.ip_family_policy.as_deref(), Some("PreferDualStack"));
+    }
+    assert_eq!(r.cluster_ips[1].allocated().len(), 1);
+}
+
+#[test]
 fn headless_gets_no_allocation() {
     let mut r = reg();
     let (_, s) = r
