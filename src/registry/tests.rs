@@ -759,8 +759,20 @@ mod prop {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Apply { name: u8, ty: u8, ports: Vec<(u8, u8, Option<u8>)>, ip: Option<u8>, policy: u8 },
-        Delete { name: u8 },
+        Apply {
+            name: u8,
+            ty: u8,
+            ports: Vec<(u8, u8, Option<u8>)>,
+            ip: Option<u8>,
+            policy: u8,
+        },
+        Delete {
+            name: u8,
+        },
+        /// Apply the stored object as read back: must be `unchanged`.
+        Reapply {
+            name: u8,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -769,6 +781,7 @@ mod prop {
             4 => (0u8..8, 0u8..6, proptest::collection::vec(port, 1..4), proptest::option::weighted(0.3, 0u8..34), 0u8..4)
                 .prop_map(|(name, ty, ports, ip, policy)| Op::Apply { name, ty, ports, ip, policy }),
             1 => (0u8..8).prop_map(|name| Op::Delete { name }),
+            1 => (0u8..8).prop_map(|name| Op::Reapply { name }),
         ]
     }
 
@@ -847,6 +860,15 @@ mod prop {
                         r.apply_service(build(name, ty, &ports, ip, policy), &stamp()).is_err()
                     }
                     Op::Delete { name } => r.delete_service("default", &format!("s{name}")).is_err(),
+                    Op::Reapply { name } => match r.get_service("default", &format!("s{name}")) {
+                        Ok(stored) => {
+                            let (a, again) = r.apply_service(stored.clone(), &stamp()).map_err(|e| TestCaseError::fail(e.message))?;
+                            prop_assert_eq!(a, Action::Unchanged);
+                            prop_assert_eq!(again, stored);
+                            false
+                        }
+                        Err(_) => true,
+                    },
                 };
                 if failed {
                     prop_assert_eq!(r.list_services(None), before_svcs);
