@@ -9,7 +9,7 @@
 //! * Type `ClusterIP` and `ExternalName` hold no node ports (a type change releases
 //!   them); `ExternalName` holds no cluster IP either. `healthCheckNodePort` exists for
 //!   `LoadBalancer` with `externalTrafficPolicy: Local`. `allocateLoadBalancerNodePorts:
-//!   false` gives a LoadBalancer only the node ports it names.
+//!   false` gives a LoadBalancer no new dynamic node ports (named or kept ones stay).
 //! * `clusterIPs` follow `ipFamilyPolicy` (SingleStack by default) and `ipFamilies`
 //!   (the first configured family by default); `None` is headless. Once set they may
 //!   not change, except that a dual-stack policy can add the second family and going
@@ -456,23 +456,25 @@ impl Registry {
             held.ports.insert(port);
             *slot = Some(port);
         }
-        if wants_all {
-            // Then what an update keeps from the stored object.
-            for (i, slot) in assigned.iter_mut().enumerate() {
-                if slot.is_some() {
-                    continue;
-                }
-                let p = &svc.spec.ports[i];
-                let kept = match_old(old_ports, p).and_then(|o| o.node_port).and_then(|v| u16::try_from(v).ok());
-                let Some(np) = kept.filter(|np| prev.ports.contains(np)) else { continue };
-                let protos = used.entry(np).or_default();
-                if protos.contains(&p.proto()) {
-                    continue;
-                }
-                protos.push(p.proto());
-                held.ports.insert(np);
-                *slot = Some(np);
+        // Then what an update keeps from the stored object. This holds with
+        // `allocateLoadBalancerNodePorts: false` too: like Kubernetes, turning it off
+        // does not take away node ports a Service already has.
+        for (i, slot) in assigned.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
             }
+            let p = &svc.spec.ports[i];
+            let kept = match_old(old_ports, p).and_then(|o| o.node_port).and_then(|v| u16::try_from(v).ok());
+            let Some(np) = kept.filter(|np| prev.ports.contains(np)) else { continue };
+            let protos = used.entry(np).or_default();
+            if protos.contains(&p.proto()) {
+                continue;
+            }
+            protos.push(p.proto());
+            held.ports.insert(np);
+            *slot = Some(np);
+        }
+        if wants_all {
             // Then new dynamic ones, shared between protocols of one port number.
             for i in 0..n {
                 if assigned[i].is_some() {

@@ -285,6 +285,12 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     let (_, s4) = r.apply_service(no, &stamp()).unwrap();
     assert_eq!(s4.spec.ports[0].node_port, None);
     assert_eq!(s4.spec.ports[1].node_port, Some(30020));
+    // Turning allocation off on a Service that has node ports keeps them.
+    let mut off = s.clone();
+    off.spec.allocate_load_balancer_node_ports = Some(false);
+    off.spec.ports[0].node_port = None;
+    let (_, s5) = r.apply_service(off, &stamp()).unwrap();
+    assert_eq!(node_ports(&s5), node_ports(&s));
 }
 
 #[test]
