@@ -214,16 +214,28 @@ build_one() {
 #!/bin/sh
 [ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0
 [ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
+# shellcheck source=/dev/null
 . "${IPKG_INSTROOT}/lib/functions.sh"
 default_postinst "$0" "$@"
 EOS
 	cat >"$ctrl/prerm" <<'EOS'
 #!/bin/sh
 [ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
+# shellcheck source=/dev/null
 . "${IPKG_INSTROOT}/lib/functions.sh"
 default_prerm "$0" "$@"
 EOS
 	chmod 0755 "$ctrl/postinst" "$ctrl/prerm"
+
+	# Package/nodeportd/postinst and /prerm, if defined, are the package's own
+	# steps: the defaults source them as postinst-pkg and prerm-pkg.
+	local script
+	for script in postinst prerm; do
+		if grep -qx "define Package/nodeportd/$script" "$makefile"; then
+			mk_define "Package/nodeportd/$script" | sed 's/\$\$/$/g' >"$ctrl/$script-pkg"
+			chmod 0755 "$ctrl/$script-pkg"
+		fi
+	done
 
 	tar_det -C "$ctrl" -cf - . | gzip -9n >"$work/control.tar.gz"
 	printf '2.0\n' >"$work/debian-binary"

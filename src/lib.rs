@@ -8,6 +8,7 @@
 pub mod alloc;
 pub mod api;
 pub mod config;
+pub mod conntrack;
 pub mod ctl;
 pub mod daemon;
 pub mod dataplane;

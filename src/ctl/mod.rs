@@ -1,8 +1,246 @@
-//! `nodeportctl`: the client.
+//! `nodeportctl`: the client (CONTRACT.md, Programs). Talks JSON-RPC to the daemon's
+//! socket, prints kubectl-like tables. Blocking std I/O: one short-lived process needs
+//! no runtime.
 
+pub mod args;
+pub mod input;
+pub mod rpc;
+pub mod status;
+pub mod table;
+
+use std::io::Read;
 use std::process::ExitCode;
 
-pub fn main(_args: Vec<String>) -> ExitCode {
-    eprintln!("nodeportctl: not built yet");
-    ExitCode::FAILURE
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::model::{parse_object, EndpointSlice, Endpoints, Service};
+use args::{Command, Output, Resource};
+use rpc::{CallError, Client};
+
+pub fn main(argv: Vec<String>) -> ExitCode {
+    let (socket, cmd) = match args::parse(&argv) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let socket = socket
+        .or_else(|| std::env::var("NODEPORTD_SOCKET").ok().filter(|s| !s.is_empty()))
+        .unwrap_or_else(|| rpc::DEFAULT_SOCKET.to_string());
+    match run(&socket, cmd) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// kubectl prints JSON with four-space indentation; so do we.
+pub fn pretty(v: &Value) -> String {
+    use serde::Serialize;
+    let mut buf = Vec::new();
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut buf, serde_json::ser::PrettyFormatter::with_indent(b"    "));
+    match v.serialize(&mut ser) {
+        Ok(()) => String::from_utf8(buf).unwrap_or_default(),
+        Err(_) => v.to_string(),
+    }
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}})
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+fn read_source(file: &str) -> Result<String, String> {
+    if file == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("error: reading standard input: {e}"))?;
+        return Ok(s);
+    }
+    std::fs::read_to_string(file).map_err(|e| format!("error: the path \"{file}\" cannot be read: {e}"))
+}
+
+fn typed<T: DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_json::from_value(v).map_err(|e| format!("bad object from nodeportd: {e}"))
+}
+
+fn method_prefix(res: Resource) -> &'static str {
+    match res {
+        Resource::Service => "service",
+        Resource::Endpoints | Resource::EndpointSlice => "endpoints",
+    }
+}
+
+/// Request params naming one object or a namespace; `kind` tells Endpoints from
+/// EndpointSlices (CONTRACT.md).
+fn params(res: Resource, namespace: Option<&str>, name: Option<&str>) -> Value {
+    let mut p = serde_json::Map::new();
+    if let Some(ns) = namespace {
+        p.insert("namespace".into(), ns.into());
+    }
+    if let Some(n) = name {
+        p.insert("name".into(), n.into());
+    }
+    match res {
+        Resource::Service => {}
+        Resource::Endpoints => {
+            p.insert("kind".into(), "Endpoints".into());
+        }
+        Resource::EndpointSlice => {
+            p.insert("kind".into(), "EndpointSlice".into());
+        }
+    }
+    Value::Object(p)
+}
+
+fn run(socket: &str, cmd: Command) -> Result<(), String> {
+    let connect = || Client::connect(socket).map_err(|e| e.to_string());
+    match cmd {
+        Command::Help => {
+            print!("{}", args::USAGE);
+            Ok(())
+        }
+        Command::Apply { file, json_out } => apply(socket, &file, json_out),
+        Command::Get { res, name, namespace, all_namespaces, output } => {
+            let mut c = connect()?;
+            let ns = if all_namespaces { None } else { Some(namespace.as_str()) };
+            let prefix = method_prefix(res);
+            let items: Vec<Value> = match &name {
+                Some(n) => {
+                    let r = c.call(&format!("{prefix}.get"), params(res, ns, Some(n))).map_err(|e| e.to_string())?;
+                    vec![r.get("object").cloned().unwrap_or(Value::Null)]
+                }
+                None => {
+                    let r = c.call(&format!("{prefix}.list"), params(res, ns, None)).map_err(|e| e.to_string())?;
+                    r.get("items").and_then(Value::as_array).cloned().unwrap_or_default()
+                }
+            };
+            print_items(res, name.is_some(), items, all_namespaces, output, &namespace)
+        }
+        Command::Delete { res, name, namespace } => {
+            let mut c = connect()?;
+            let method = format!("{}.delete", method_prefix(res));
+            c.call(&method, params(res, Some(&namespace), Some(&name))).map_err(|e| e.to_string())?;
+            println!("{}/{namespace}/{name} deleted", res.singular());
+            Ok(())
+        }
+        Command::Status { json_out } => {
+            let r = connect()?.call("status", json!({})).map_err(|e| e.to_string())?;
+            if json_out {
+                println!("{}", pretty(&r));
+            } else {
+                print!("{}", status::status_text(&r));
+            }
+            Ok(())
+        }
+        Command::Rpc { method, params } => {
+            let p = match params.as_deref() {
+                None => json!({}),
+                Some(src) => {
+                    let text = if src == "-" { read_source("-")? } else { src.to_string() };
+                    if text.trim().is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_str(&text).map_err(|e| format!("error: PARAMS_JSON is not JSON: {e}"))?
+                    }
+                }
+            };
+            let r = connect()?.call(&method, p).map_err(|e| e.to_string())?;
+            println!("{r}");
+            Ok(())
+        }
+    }
+}
+
+fn print_items(
+    res: Resource,
+    single: bool,
+    items: Vec<Value>,
+    all_namespaces: bool,
+    output: Output,
+    namespace: &str,
+) -> Result<(), String> {
+    if output == Output::Json {
+        let v = if single { items.into_iter().next().unwrap_or(Value::Null) } else { list(items) };
+        println!("{}", pretty(&v));
+        return Ok(());
+    }
+    if items.is_empty() {
+        // kubectl's words, on stderr so scripts parsing the table see nothing.
+        if all_namespaces {
+            eprintln!("No resources found");
+        } else {
+            eprintln!("No resources found in {namespace} namespace.");
+        }
+        return Ok(());
+    }
+    let wide = output == Output::Wide;
+    let text = match res {
+        Resource::Service => {
+            let svcs: Vec<Service> = items.into_iter().map(typed).collect::<Result<_, _>>()?;
+            table::services_table(&svcs, all_namespaces, wide, now())
+        }
+        Resource::Endpoints => {
+            let eps: Vec<Endpoints> = items.into_iter().map(typed).collect::<Result<_, _>>()?;
+            table::endpoints_table(&eps, all_namespaces, now())
+        }
+        Resource::EndpointSlice => {
+            let s: Vec<EndpointSlice> = items.into_iter().map(typed).collect::<Result<_, _>>()?;
+            table::endpoint_slices_table(&s, all_namespaces, now())
+        }
+    };
+    print!("{text}");
+    Ok(())
+}
+
+/// Applies every object of the file in order on one connection. Like kubectl, a
+/// refused object does not stop the others; the exit status says something failed.
+/// The file is read and parsed first, so bad input is reported without a daemon.
+fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
+    let text = read_source(file)?;
+    let doc = input::parse_document(&text).map_err(|e| format!("error: {file}: {e}"))?;
+    let objects = parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?;
+    if objects.is_empty() {
+        return Err(format!("error: no objects passed to apply ({file})"));
+    }
+    let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
+    let mut stored = Vec::new();
+    let mut failed = 0usize;
+    for obj in objects {
+        let method = match obj.kind() {
+            "Service" => "service.apply",
+            _ => "endpoints.apply",
+        };
+        let ns = obj.meta().ns().to_string();
+        let name = obj.meta().name.clone();
+        match client.call(method, json!({"object": obj.to_json()})) {
+            Ok(r) => {
+                let action = r.get("action").and_then(Value::as_str).unwrap_or("configured");
+                if json_out {
+                    stored.push(r.get("object").cloned().unwrap_or(Value::Null));
+                } else {
+                    println!("{}/{ns}/{name} {action}", obj.resource());
+                }
+            }
+            Err(e @ CallError::Server { .. }) => {
+                failed += 1;
+                eprintln!("{e}");
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if json_out {
+        println!("{}", pretty(&list(stored)));
+    }
+    if failed > 0 {
+        return Err(format!("error: {failed} object(s) from {file} were not applied"));
+    }
+    Ok(())
 }

@@ -1,1 +1,14 @@
-//! dataplane
+//! The data plane: the desired nftables ruleset, computed as data from the stored
+//! services, their endpoints and the node's addresses (pure, no I/O). The `nft` module
+//! renders it as text and programs it into the kernel.
+//!
+//! See docs/dataplane.md for the ruleset in nft syntax.
+
+pub mod builder;
+pub mod endpoints;
+pub mod names;
+
+pub use builder::{build, build_service, build_skeleton, Input, ServiceInput, ServicePieces};
+
+#[cfg(test)]
+mod tests;

@@ -5,6 +5,8 @@
 //! names so objects read back look like Kubernetes objects.
 
 pub mod error;
+pub mod names;
+pub mod parse;
 pub mod validate;
 
 use std::collections::BTreeMap;
@@ -12,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, Reason};
+pub use parse::{parse_and_validate, parse_object, AnyObject};
 
 /// `metadata` of every object we store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

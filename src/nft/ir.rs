@@ -149,7 +149,8 @@ pub enum CmpOp {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RejectKind {
-    /// `reject` in an inet table: TCP reset for TCP, ICMP(v6) port unreachable otherwise.
+    /// `reject` in an inet table: ICMP or ICMPv6 port unreachable (`icmpx port-unreachable`),
+    /// which a TCP connect also reports at once as "connection refused".
     Default,
     TcpReset,
     /// `reject with icmpx admin-prohibited`
@@ -190,7 +191,8 @@ pub enum Stmt {
         key: Field,
         map: String,
     },
-    /// `numgen random mod 2 vmap { 0 : goto a, 1 : goto b }`
+    /// `numgen random mod 2 vmap { 0 : goto a, 1 : goto b }`. The numgen keys are
+    /// `Value::Mark(i)`: like a mark, a 32-bit integer in host byte order.
     VmapInline {
         key: Field,
         entries: Vec<(Value, Verdict)>,

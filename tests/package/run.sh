@@ -18,6 +18,7 @@ host_target=x86_64-unknown-linux-musl
 ns="npdpkg$$"
 work=$(mktemp -d)
 daemon_pid=""
+httpd_pid=""
 
 passed=0
 failed=0
@@ -27,7 +28,10 @@ cleanup() {
 		kill "$daemon_pid" 2>/dev/null
 		wait "$daemon_pid" 2>/dev/null
 	fi
-	ip netns del "$ns" 2>/dev/null
+	[ -n "$httpd_pid" ] && kill "$httpd_pid" 2>/dev/null
+	for n in "$ns" "${ns}r" "${ns}c" "${ns}b"; do
+		ip netns del "$n" 2>/dev/null
+	done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -65,7 +69,7 @@ need() {
 	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
 }
 
-need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2
+need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2 curl:curl
 
 cargo_version=$(awk '
 	/^\[/ { in_pkg = ($0 == "[package]") }
@@ -209,6 +213,9 @@ for ipk in "${ipks[@]}"; do
 	check "$name: postinst and prerm call OpenWrt's defaults" bash -c \
 		"test -x '$x/control/postinst' && test -x '$x/control/prerm' &&
 		 grep -q '^default_postinst ' '$x/control/postinst' && grep -q '^default_prerm ' '$x/control/prerm'"
+	check "$name: prerm-pkg removes the rules on removal, not on upgrade" bash -c \
+		"grep -q 'PKG_UPGRADE}\" = \"1\" ] && exit 0' '$x/control/prerm-pkg' &&
+		 grep -q '^/usr/sbin/nodeportd --cleanup' '$x/control/prerm-pkg'"
 	check "$name: the data tree is what the Makefile installs" \
 		diff "$work/expected.full" <(tar_tree "$x/data.tar.gz" | sort)
 	check "$name: nodeportctl links to nodeportd" test "$(readlink "$x/data/usr/sbin/nodeportctl")" = nodeportd
@@ -220,7 +227,7 @@ done
 
 # --- shell files -------------------------------------------------------------------
 router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults" "$files/nodeportd.rpcd"
-	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm")
+	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/prerm-pkg")
 for f in "${router_sh[@]}"; do
 	rel=${f#"$root"/}
 	rel=${rel#"$work"/}
@@ -370,7 +377,7 @@ check "plugin call endpoints_apply: created" jq -e '.action == "created"' \
 check "plugin call service_get: the stored Service with its NodePort" jq -e --argjson p "${node_port:-0}" '
 	.object.metadata.name == "web" and .object.spec.ports[0].nodePort == $p' \
 	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_get)"
-check "plugin call service_list: one item" jq -e '.items | length == 1' \
+check "plugin call service_list: one item" jq -e '(.items | type) == "array" and (.items | length) == 1' \
 	<<<"$(echo "{ $session }" | rpcd call service_list)"
 check "plugin call endpoints_get: the stored Endpoints" jq -e '.object.subsets[0].addresses[0].ip == "198.18.78.2"' \
 	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", \"kind\": \"Endpoints\", $session }" | rpcd call endpoints_get)"
@@ -383,7 +390,8 @@ absent=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | r
 check "plugin call service_get of a missing Service: an error object naming it" jq -e '
 	(.error | type) == "object" and (.error | tostring | test("nope")) and (.error | tostring | test("NotFound|not found"))' <<<"$absent"
 bad=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | rpcd call service_apply)
-check "plugin call service_apply of an invalid Service: an error object" jq -e '(.error | type) == "object"' <<<"$bad"
+check "plugin call service_apply of an invalid Service: an error object naming it" jq -e '
+	(.error | type) == "object" and (.error | tostring | test("Bad_Name"))' <<<"$bad"
 if out=$(echo '{}' | rpcd call no_such_method); then
 	not_ok "plugin call of an unknown method fails" "$out"
 else
@@ -391,7 +399,7 @@ else
 fi
 check "plugin call service_delete: the deleted Service" jq -e '.object.metadata.name == "web"' \
 	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_delete)"
-check "plugin call service_list after delete: empty" jq -e '.items | length == 0' \
+check "plugin call service_list after delete: empty" jq -e '(.items | type) == "array" and (.items | length) == 0' \
 	<<<"$(echo '{}' | rpcd call service_list)"
 
 kill "$daemon_pid" 2>/dev/null
@@ -403,6 +411,121 @@ fi
 daemon_pid=""
 check "plugin call with the daemon stopped: an error object, not a crash" jq -e '.error.message | length > 0' \
 	<<<"$(echo '{}' | rpcd call status)"
+
+# --- fw4 coexistence, with real traffic --------------------------------------------------
+# A router namespace with an fw4-like forward chain (policy drop, established/related
+# accepted), a LAN client and a backend. The packaged daemon (not a dry run) programs
+# a NodePort; the client reaches it only once the package's include is in the chain.
+r="${ns}r" c="${ns}c" b="${ns}b"
+for n in "$r" "$c" "$b"; do
+	ip netns add "$n"
+	ip -n "$n" link set lo up
+done
+ip -n "$r" link add br-lan type bridge
+ip link add npc0 netns "$c" type veth peer name lan0 netns "$r"
+ip link add svc0 netns "$r" type veth peer name npb0 netns "$b"
+ip -n "$r" link set lan0 master br-lan
+for l in br-lan lan0 svc0; do ip -n "$r" link set "$l" up; done
+ip -n "$r" addr add 198.18.77.1/24 dev br-lan
+ip -n "$r" addr add 198.18.78.1/24 dev svc0
+ip netns exec "$r" sysctl -qw net.ipv4.ip_forward=1
+ip -n "$c" addr add 198.18.77.2/24 dev npc0
+ip -n "$c" link set npc0 up
+ip -n "$c" route add default via 198.18.77.1
+ip -n "$b" addr add 198.18.78.2/24 dev npb0
+ip -n "$b" link set npb0 up
+ip -n "$b" route add default via 198.18.78.1
+mkdir -p "$work/www" "$work/run2" "$work/state2"
+echo nodeportd-backend >"$work/www/index.html"
+ip netns exec "$b" busybox httpd -f -p 8080 -h "$work/www" &
+httpd_pid=$!
+
+fw4_chain() {
+	# $1: the include line, or nothing
+	cat <<EOF
+table inet fw4check {
+	chain forward {
+		type filter hook forward priority filter; policy drop;
+		$1
+		ct state vmap { established : accept, related : accept }
+	}
+}
+EOF
+}
+fw4_load() {
+	ip netns exec "$r" nft delete table inet fw4check 2>/dev/null
+	fw4_chain "$1" | ip netns exec "$r" nft -f -
+}
+fw4_load ""
+
+# The packaged config, with ClusterIPs from the test range: traffic stays in 198.18.0.0/15.
+sed "s|list service_cluster_ip_ranges '10.96.0.0/16'|list service_cluster_ip_ranges '198.19.96.0/24'|" \
+	"$troot/etc/config/nodeportd" >"$work/nodeportd.uci"
+check "the traffic test's config differs from the packaged one only in the ClusterIP range" \
+	test "$(diff "$troot/etc/config/nodeportd" "$work/nodeportd.uci" | grep -c '^[<>]')" -eq 2
+sock2="$work/run2/nodeportd.sock"
+ip netns exec "$r" "$troot/usr/sbin/nodeportd" --config "$work/nodeportd.uci" \
+	--socket "$sock2" --state-dir "$work/state2" --log stderr >"$work/daemon2.out" 2>"$work/daemon2.err" &
+daemon_pid=$!
+for _ in $(seq 1 100); do
+	[ -S "$sock2" ] && break
+	sleep 0.1
+done
+check "the packaged daemon starts for real in the router namespace" test -S "$sock2"
+
+rpcd_r() {
+	ip netns exec "$r" env -i PATH="$bb" NODEPORTCTL="$troot/usr/sbin/nodeportctl" \
+		NODEPORTD_SOCKET="$sock2" "$bb/sh" "$plugin" "$@"
+}
+applied=$(echo "{ \"object\": $service }" | rpcd_r call service_apply)
+echo "{ \"object\": $endpoints }" | rpcd_r call endpoints_apply >/dev/null
+np=$(jq -r '.object.spec.ports[0].nodePort // empty' <<<"$applied" 2>/dev/null)
+cip=$(jq -r '.object.spec.clusterIP // empty' <<<"$applied" 2>/dev/null)
+
+fetch() {
+	ip netns exec "$c" curl -s -m 2 "http://$1/"
+}
+# Wait for the daemon's rules, then check that fw4 without the include drops the traffic:
+# otherwise the test below would prove nothing.
+for _ in $(seq 1 50); do
+	ip netns exec "$r" nft list table inet nodeportd 2>/dev/null | grep -q "${np:-none}" && break
+	sleep 0.1
+done
+check "the daemon programmed NodePort ${np:-?} in its own table" bash -c \
+	"ip netns exec '$r' nft list table inet nodeportd | grep -q '${np:-none}'"
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "without the include, fw4's forward policy drops the DNAT'd connection"
+else
+	ok "without the include, fw4's forward policy drops the DNAT'd connection"
+fi
+
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "with the include, the LAN client reaches the NodePort" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
+check "with the include, the LAN client reaches the ClusterIP" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '${cip:-0.0.0.0}:80')\" = nodeportd-backend ]"
+
+# `fw4 reload` replaces its own table only; `firewall stop` can take every table with it.
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "an fw4 reload leaves the daemon's table in place" bash -c \
+	"ip netns exec '$r' nft list table inet nodeportd | grep -q '${np:-none}'"
+ip netns exec "$r" nft flush ruleset
+for _ in $(seq 1 100); do
+	ip netns exec "$r" nft list table inet nodeportd 2>/dev/null | grep -q "${np:-none}" && break
+	sleep 0.1
+done
+fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""
+check "after nft flush ruleset the daemon restores its table and the NodePort answers" bash -c \
+	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
+
+kill "$daemon_pid" 2>/dev/null
+wait "$daemon_pid" 2>/dev/null
+daemon_pid=""
+check "nodeportd --cleanup (the package's prerm) removes the daemon's table" bash -c "
+	ip netns exec '$r' '$troot/usr/sbin/nodeportd' --cleanup --config '$work/nodeportd.uci' &&
+	! ip netns exec '$r' nft list table inet nodeportd >/dev/null 2>&1"
+kill "$httpd_pid" 2>/dev/null
+wait "$httpd_pid" 2>/dev/null
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,138 @@
+//! The human form of the `status` result. Tolerant of missing fields (an older or newer
+//! daemon), and every top-level field it does not know is still printed, so nothing the
+//! daemon reports (allocation conflicts after a range change, say) is hidden.
+
+use serde_json::Value;
+
+const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane"];
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+/// `30000-30085  used 1  free 85` from `{first, last, used, free}`.
+fn band(v: Option<&Value>) -> String {
+    let Some(b) = v.filter(|b| b.is_object()) else {
+        return "-".into();
+    };
+    format!(
+        "{}-{}  used {}  free {}",
+        text(b.get("first")),
+        text(b.get("last")),
+        text(b.get("used")),
+        text(b.get("free"))
+    )
+}
+
+fn line(out: &mut String, label: &str, value: impl AsRef<str>) {
+    out.push_str(&format!("{:<16}{}\n", format!("{label}:"), value.as_ref()));
+}
+
+pub fn status_text(s: &Value) -> String {
+    let mut out = String::new();
+    line(&mut out, "Version", text(s.get("version")));
+    let node = s.get("node");
+    line(&mut out, "Node", text(node.and_then(|n| n.get("name"))));
+    let addrs: Vec<String> = node
+        .and_then(|n| n.get("addresses"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|x| text(Some(x))).collect())
+        .unwrap_or_default();
+    line(&mut out, "Addresses", if addrs.is_empty() { "<none>".to_string() } else { addrs.join(", ") });
+
+    let np = s.get("nodePorts");
+    line(&mut out, "NodePorts", text(np.and_then(|n| n.get("range"))));
+    line(&mut out, "  static", band(np.and_then(|n| n.get("static"))));
+    line(&mut out, "  dynamic", band(np.and_then(|n| n.get("dynamic"))));
+
+    for cidr in s.get("serviceCIDRs").and_then(Value::as_array).into_iter().flatten() {
+        let name = ["cidr", "range", "prefix"].iter().find_map(|k| cidr.get(*k)).map(|v| text(Some(v)));
+        line(&mut out, "ServiceCIDR", name.unwrap_or_else(|| "-".into()));
+        line(&mut out, "  static", band(cidr.get("static")));
+        line(&mut out, "  dynamic", band(cidr.get("dynamic")));
+    }
+
+    if let Some(dp) = s.get("dataplane") {
+        let sync = match dp.get("inSync").and_then(Value::as_bool) {
+            Some(true) => "in sync",
+            Some(false) => "NOT in sync",
+            None => "sync state unknown",
+        };
+        line(
+            &mut out,
+            "Dataplane",
+            format!(
+                "table {}, {sync}, generation {}, last sync {} ms",
+                text(dp.get("table")),
+                text(dp.get("generation")),
+                text(dp.get("lastSyncMillis"))
+            ),
+        );
+        if let Some(e) = dp.get("lastError").filter(|e| !e.is_null()) {
+            line(&mut out, "  last error", text(Some(e)));
+        }
+    }
+
+    if let Some(map) = s.as_object() {
+        for (k, v) in map.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
+            let value = match v {
+                Value::Object(o) => {
+                    o.iter().map(|(k, v)| format!("{k}={}", text(Some(v)))).collect::<Vec<_>>().join(" ")
+                }
+                other => text(Some(other)),
+            };
+            line(&mut out, k, value);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn full_status_reads_as_a_summary() {
+        let s = json!({
+            "version": "0.1.0",
+            "node": {"name": "edge-1", "addresses": ["198.18.0.1", "2001:db8::1"]},
+            "nodePorts": {"range": "30000-32767",
+                "static": {"first": 30000, "last": 30085, "used": 1, "free": 85},
+                "dynamic": {"first": 30086, "last": 32767, "used": 3, "free": 2679}},
+            "serviceCIDRs": [{"cidr": "10.96.0.0/16",
+                "static": {"first": "10.96.0.1", "last": "10.96.1.0", "used": 1, "free": 255},
+                "dynamic": {"first": "10.96.1.1", "last": "10.96.255.254", "used": 2, "free": 65276}}],
+            "dataplane": {"table": "inet nodeportd", "inSync": false, "generation": 7, "lastSyncMillis": 3,
+                "lastError": "netlink: EPERM"},
+            "objects": {"services": 3, "endpoints": 2}
+        });
+        let t = status_text(&s);
+        let want = "\
+Version:        0.1.0
+Node:           edge-1
+Addresses:      198.18.0.1, 2001:db8::1
+NodePorts:      30000-32767
+  static:       30000-30085  used 1  free 85
+  dynamic:      30086-32767  used 3  free 2679
+ServiceCIDR:    10.96.0.0/16
+  static:       10.96.0.1-10.96.1.0  used 1  free 255
+  dynamic:      10.96.1.1-10.96.255.254  used 2  free 65276
+Dataplane:      table inet nodeportd, NOT in sync, generation 7, last sync 3 ms
+  last error:   netlink: EPERM
+objects:        endpoints=2 services=3
+";
+        assert_eq!(t, want);
+    }
+
+    #[test]
+    fn sparse_status_does_not_fail() {
+        let t = status_text(&json!({"version": "0.1.0"}));
+        assert!(t.contains("Node:           -"));
+        assert!(t.contains("Addresses:      <none>"));
+    }
+}

@@ -1,0 +1,587 @@
+//! The desired ruleset as a pure function of the services, their backends and the node.
+//!
+//! Shape (docs/dataplane.md shows it in nft syntax): a fixed skeleton of base chains,
+//! dispatch maps and helper chains, plus per service port and family a few chains that
+//! the maps point to. Every packet is matched in O(1) by a map lookup; an endpoint is
+//! picked with `numgen random mod N`. The skeleton and each service are built
+//! separately so the daemon can rebuild only the services that changed.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use crate::model::{Backend, Protocol, Service, ServiceType};
+use crate::nft::ir::*;
+
+use super::endpoints::{categorize, Target};
+use super::names::{self, IpFamily, PortId};
+
+/// The default `sessionAffinityConfig.clientIP.timeoutSeconds` (3 hours), as Kubernetes.
+pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
+
+/// Everything the ruleset depends on.
+#[derive(Debug, Clone, Default)]
+pub struct Input<'a> {
+    /// The table's name (`inet <table>`).
+    pub table: String,
+    /// Endpoints whose `nodeName` equals this are local (`externalTrafficPolicy: Local`).
+    pub node_name: String,
+    /// The packet mark bit that asks `masquerading` to SNAT.
+    pub masquerade_mark: u32,
+    /// The conntrack mark bit set on every connection we DNAT (a firewall can accept those).
+    pub ct_mark: u32,
+    /// Destination addresses NodePorts answer on. When the configured selection cannot be
+    /// resolved yet, the caller passes every local address but loopback.
+    pub nodeport_ips_v4: Vec<Ipv4Addr>,
+    pub nodeport_ips_v6: Vec<Ipv6Addr>,
+    pub services: Vec<ServiceInput<'a>>,
+}
+
+/// A service and the backends of each of its ports.
+#[derive(Debug, Clone)]
+pub struct ServiceInput<'a> {
+    pub service: &'a Service,
+    /// Backends per service port, keyed by the port's name (`""` for an unnamed port).
+    pub backends: BTreeMap<String, Vec<Backend>>,
+}
+
+/// The objects one service adds to the table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServicePieces {
+    /// Affinity sets.
+    pub sets: Vec<Set>,
+    /// Chains in creation order: a chain comes before any chain that jumps to it.
+    pub chains: Vec<(Chain, Vec<Rule>)>,
+    /// Elements of the skeleton's maps, as (map name, element).
+    pub elements: Vec<(String, Element)>,
+}
+
+impl ServicePieces {
+    /// Adds these objects to a ruleset that holds the skeleton.
+    pub fn merge_into(self, rs: &mut Ruleset) {
+        rs.sets.extend(self.sets);
+        rs.chains.extend(self.chains);
+        for (map, el) in self.elements {
+            match rs.elements.iter_mut().find(|(name, _)| *name == map) {
+                Some((_, els)) => els.push(el),
+                None => rs.elements.push((map, vec![el])),
+            }
+        }
+    }
+}
+
+/// The whole desired table.
+pub fn build(input: &Input) -> Ruleset {
+    let mut rs = build_skeleton(input);
+    let mut services: Vec<&ServiceInput> = input.services.iter().collect();
+    services.sort_by(|a, b| (a.service.namespace(), a.service.name()).cmp(&(b.service.namespace(), b.service.name())));
+    for svc in services {
+        build_service(input, svc).merge_into(&mut rs);
+    }
+    for (_, els) in &mut rs.elements {
+        els.sort_by(|a, b| a.key.cmp(&b.key));
+    }
+    rs
+}
+
+fn family_fields(f: IpFamily) -> (Field, Field, DataType) {
+    match f {
+        IpFamily::V4 => (Field::IpSaddr, Field::IpDaddr, DataType::Ipv4Addr),
+        IpFamily::V6 => (Field::Ip6Saddr, Field::Ip6Daddr, DataType::Ipv6Addr),
+    }
+}
+
+/// Map names of one family.
+struct Maps {
+    nodeport_ips: &'static str,
+    service_ips: &'static str,
+    service_nodeports: &'static str,
+    no_endpoint_services: &'static str,
+    no_endpoint_nodeports: &'static str,
+    firewall_ips: &'static str,
+}
+
+fn maps(f: IpFamily) -> Maps {
+    match f {
+        IpFamily::V4 => Maps {
+            nodeport_ips: names::NODEPORT_IPS_V4,
+            service_ips: names::SERVICE_IPS_V4,
+            service_nodeports: names::SERVICE_NODEPORTS_V4,
+            no_endpoint_services: names::NO_ENDPOINT_SERVICES_V4,
+            no_endpoint_nodeports: names::NO_ENDPOINT_NODEPORTS_V4,
+            firewall_ips: names::FIREWALL_IPS_V4,
+        },
+        IpFamily::V6 => Maps {
+            nodeport_ips: names::NODEPORT_IPS_V6,
+            service_ips: names::SERVICE_IPS_V6,
+            service_nodeports: names::SERVICE_NODEPORTS_V6,
+            no_endpoint_services: names::NO_ENDPOINT_SERVICES_V6,
+            no_endpoint_nodeports: names::NO_ENDPOINT_NODEPORTS_V6,
+            firewall_ips: names::FIREWALL_IPS_V6,
+        },
+    }
+}
+
+const FAMILIES: [IpFamily; 2] = [IpFamily::V4, IpFamily::V6];
+
+fn rule(stmts: Vec<Stmt>) -> Rule {
+    Rule { stmts, comment: None }
+}
+
+fn chain(name: &str) -> Chain {
+    Chain { name: name.to_string(), base: None, comment: None }
+}
+
+fn base_chain(name: &str, kind: ChainType, hook: Hook, priority: i32) -> Chain {
+    Chain { name: name.to_string(), base: Some(BaseChain { kind, hook, priority, policy: None }), comment: None }
+}
+
+fn jump(c: &str) -> Stmt {
+    Stmt::Verdict(Verdict::Jump(c.to_string()))
+}
+
+fn goto(c: &str) -> Verdict {
+    Verdict::Goto(c.to_string())
+}
+
+fn ct_state_new() -> Stmt {
+    Stmt::Bits { field: Field::CtState, mask: 8, value: 8, negate: false }
+}
+
+/// `<daddr> . meta l4proto . th dport`
+fn service_key(daddr: Field) -> Field {
+    Field::Concat(vec![daddr, Field::L4Proto, Field::ThDport])
+}
+
+fn nodeport_key() -> Field {
+    Field::Concat(vec![Field::L4Proto, Field::ThDport])
+}
+
+/// Rules that dispatch through one family's pair of maps: destination address first,
+/// then NodePorts on the NodePort addresses.
+fn dispatch_rules(f: IpFamily, ip_map: &str, nodeport_map: Option<&str>) -> Vec<Rule> {
+    let (_, daddr, _) = family_fields(f);
+    let mut rules = vec![rule(vec![Stmt::VmapNamed { key: service_key(daddr.clone()), map: ip_map.into() }])];
+    if let Some(np) = nodeport_map {
+        rules.push(rule(vec![
+            Stmt::InSet { field: daddr, set: maps(f).nodeport_ips.into(), negate: false },
+            Stmt::VmapNamed { key: nodeport_key(), map: np.into() },
+        ]));
+    }
+    rules
+}
+
+/// The fixed part of the table, with the NodePort addresses filled in.
+pub fn build_skeleton(input: &Input) -> Ruleset {
+    let mut sets = Vec::new();
+    for f in FAMILIES {
+        let (_, _, addr_type) = family_fields(f);
+        let m = maps(f);
+        let v = if f == IpFamily::V4 { "IPv4" } else { "IPv6" };
+        let plain = |name: &str, key: Vec<DataType>, comment: String| Set {
+            name: name.into(),
+            key,
+            data: None,
+            flags: SetFlags::default(),
+            timeout: None,
+            comment: Some(comment),
+        };
+        let vmap = |name: &str, key: Vec<DataType>, comment: String| Set {
+            data: Some(DataType::Verdict),
+            ..plain(name, key, comment)
+        };
+        let svc_key = vec![addr_type, DataType::InetProto, DataType::InetService];
+        let np_key = vec![DataType::InetProto, DataType::InetService];
+        sets.push(plain(m.nodeport_ips, vec![addr_type], format!("{v} addresses that accept NodePort traffic")));
+        sets.push(vmap(
+            m.service_ips,
+            svc_key.clone(),
+            format!("{v} ClusterIP, externalIP and LoadBalancer IP traffic"),
+        ));
+        sets.push(vmap(m.service_nodeports, np_key.clone(), format!("{v} NodePort traffic")));
+        sets.push(vmap(
+            m.no_endpoint_services,
+            svc_key.clone(),
+            format!("{v} service IPs without usable endpoints: reject or drop"),
+        ));
+        sets.push(vmap(
+            m.no_endpoint_nodeports,
+            np_key,
+            format!("{v} NodePorts without usable endpoints: reject or drop"),
+        ));
+        sets.push(vmap(m.firewall_ips, svc_key, format!("{v} LoadBalancer IPs with loadBalancerSourceRanges")));
+    }
+
+    let mut v4: Vec<Element> = input.nodeport_ips_v4.iter().map(|a| addr_element(IpAddr::V4(*a))).collect();
+    let mut v6: Vec<Element> = input.nodeport_ips_v6.iter().map(|a| addr_element(IpAddr::V6(*a))).collect();
+    for els in [&mut v4, &mut v6] {
+        els.sort_by(|a, b| a.key.cmp(&b.key));
+        els.dedup();
+    }
+    let mut elements = Vec::new();
+    if !v4.is_empty() {
+        elements.push((names::NODEPORT_IPS_V4.to_string(), v4));
+    }
+    if !v6.is_empty() {
+        elements.push((names::NODEPORT_IPS_V6.to_string(), v6));
+    }
+
+    let mut endpoints_check = Vec::new();
+    let mut firewall_check = Vec::new();
+    let mut services = Vec::new();
+    for f in FAMILIES {
+        let m = maps(f);
+        endpoints_check.extend(dispatch_rules(f, m.no_endpoint_services, Some(m.no_endpoint_nodeports)));
+        firewall_check.extend(dispatch_rules(f, m.firewall_ips, None));
+        services.extend(dispatch_rules(f, m.service_ips, Some(m.service_nodeports)));
+    }
+
+    let mark = input.masquerade_mark;
+    // Jump targets come before the chains that jump to them (creation order).
+    let chains = vec![
+        (chain(names::MARK_FOR_MASQUERADE), vec![rule(vec![Stmt::MarkOr { field: Field::MetaMark, bits: mark }])]),
+        (
+            chain(names::MASQUERADING),
+            vec![
+                rule(vec![
+                    Stmt::Bits { field: Field::MetaMark, mask: mark, value: 0, negate: false },
+                    Stmt::Verdict(Verdict::Return),
+                ]),
+                // Cleared so that a packet forwarded again (hairpin, tunnels) is not
+                // masqueraded twice by a mark that no longer applies.
+                rule(vec![Stmt::MarkAndNot { field: Field::MetaMark, bits: mark }]),
+                rule(vec![Stmt::Masquerade { fully_random: true }]),
+            ],
+        ),
+        (
+            chain(names::REJECT_CHAIN),
+            vec![
+                rule(vec![
+                    Stmt::Cmp {
+                        field: Field::L4Proto,
+                        op: CmpOp::Eq,
+                        value: CmpValue::Value(Value::Proto(Protocol::Tcp.number())),
+                    },
+                    Stmt::Reject(RejectKind::TcpReset),
+                ]),
+                rule(vec![Stmt::Reject(RejectKind::Default)]),
+            ],
+        ),
+        (chain(names::SERVICES), services),
+        (chain(names::ENDPOINTS_CHECK), endpoints_check),
+        (chain(names::FIREWALL_CHECK), firewall_check),
+        // Filter chains run before DNAT (dstnat - 10) so they see the service address.
+        // Rejects are only allowed at input, forward and output, as kube-proxy found.
+        (
+            base_chain(names::FILTER_PREROUTING, ChainType::Filter, Hook::Prerouting, -110),
+            vec![rule(vec![ct_state_new(), jump(names::FIREWALL_CHECK)])],
+        ),
+        (
+            base_chain(names::FILTER_INPUT, ChainType::Filter, Hook::Input, -110),
+            vec![rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)])],
+        ),
+        (
+            base_chain(names::FILTER_FORWARD, ChainType::Filter, Hook::Forward, -110),
+            vec![rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)])],
+        ),
+        (
+            base_chain(names::FILTER_OUTPUT, ChainType::Filter, Hook::Output, -110),
+            vec![
+                rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)]),
+                rule(vec![ct_state_new(), jump(names::FIREWALL_CHECK)]),
+            ],
+        ),
+        (
+            base_chain(names::NAT_PREROUTING, ChainType::Nat, Hook::Prerouting, -100),
+            vec![rule(vec![jump(names::SERVICES)])],
+        ),
+        (base_chain(names::NAT_OUTPUT, ChainType::Nat, Hook::Output, -100), vec![rule(vec![jump(names::SERVICES)])]),
+        (
+            base_chain(names::NAT_POSTROUTING, ChainType::Nat, Hook::Postrouting, 100),
+            vec![rule(vec![jump(names::MASQUERADING)])],
+        ),
+    ];
+
+    Ruleset { family: Some(Family::Inet), table: input.table.clone(), sets, elements, chains }
+}
+
+fn addr_element(ip: IpAddr) -> Element {
+    Element { key: vec![Value::Addr(ip)], data: None, timeout: None }
+}
+
+fn verdict_element(key: Vec<Value>, v: Verdict) -> Element {
+    Element { key, data: Some(ElementData::Verdict(v)), timeout: None }
+}
+
+fn parse_ips(strs: impl IntoIterator<Item = impl AsRef<str>>) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = strs.into_iter().filter_map(|s| s.as_ref().trim().parse().ok()).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What one service asks of every one of its ports.
+struct ServiceFacts {
+    /// The ClusterIP of each family the service has (first of each family).
+    cluster_ips: Vec<IpAddr>,
+    external_ips: Vec<IpAddr>,
+    lb_ips: Vec<IpAddr>,
+    source_ranges: Vec<IpNet>,
+    external_local: bool,
+    internal_local: bool,
+    /// `Some(timeout)` for `sessionAffinity: ClientIP`.
+    affinity: Option<u32>,
+    publish_not_ready: bool,
+    has_node_ports: bool,
+}
+
+fn facts(svc: &Service) -> Option<ServiceFacts> {
+    let ty = svc.service_type();
+    if ty == ServiceType::ExternalName || svc.is_headless() {
+        return None;
+    }
+    let spec = &svc.spec;
+    let mut candidates: Vec<&str> = spec.cluster_ips.iter().map(String::as_str).collect();
+    if candidates.is_empty() {
+        candidates.extend(spec.cluster_ip.as_deref());
+    }
+    let mut cluster_ips: Vec<IpAddr> = Vec::new();
+    for ip in candidates.iter().filter_map(|s| s.trim().parse::<IpAddr>().ok()) {
+        if !cluster_ips.iter().any(|o| o.is_ipv4() == ip.is_ipv4()) {
+            cluster_ips.push(ip);
+        }
+    }
+    if cluster_ips.is_empty() {
+        return None;
+    }
+    let lb_ips = if ty == ServiceType::LoadBalancer {
+        let ingress = svc.status.iter().flat_map(|s| s.load_balancer.ingress.iter());
+        parse_ips(ingress.filter_map(|i| i.ip.as_deref()))
+    } else {
+        Vec::new()
+    };
+    let mut source_ranges: Vec<IpNet> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .filter_map(|s| s.trim().parse::<IpNet>().ok())
+        .map(|n| n.trunc())
+        .collect();
+    source_ranges.sort();
+    source_ranges.dedup();
+    let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+        let t =
+            spec.session_affinity_config.as_ref().and_then(|c| c.client_ip.as_ref()).and_then(|c| c.timeout_seconds);
+        // Kubernetes allows 1..=86400; anything else was refused by validation.
+        t.and_then(|t| u32::try_from(t).ok()).filter(|t| (1..=86_400).contains(t)).unwrap_or(DEFAULT_AFFINITY_TIMEOUT)
+    });
+    Some(ServiceFacts {
+        cluster_ips,
+        external_ips: parse_ips(&spec.external_ips),
+        lb_ips,
+        source_ranges,
+        external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+        internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
+        affinity,
+        publish_not_ready: spec.publish_not_ready_addresses == Some(true),
+        has_node_ports: matches!(ty, ServiceType::NodePort | ServiceType::LoadBalancer),
+    })
+}
+
+/// The objects of one service. ExternalName and headless services, and services without
+/// a ClusterIP yet, have none.
+pub fn build_service(input: &Input, svc: &ServiceInput) -> ServicePieces {
+    let mut pieces = ServicePieces::default();
+    let Some(facts) = facts(svc.service) else {
+        return pieces;
+    };
+    let empty = Vec::new();
+    for port in &svc.service.spec.ports {
+        let (Ok(port_no), proto) = (u16::try_from(port.port), port.proto()) else {
+            continue;
+        };
+        if port_no == 0 {
+            continue;
+        }
+        let port_name = port.name.clone().unwrap_or_default();
+        let label = if port_name.is_empty() { port_no.to_string() } else { port_name.clone() };
+        let backends = svc.backends.get(&port_name).unwrap_or(&empty);
+        let node_port =
+            port.node_port.filter(|_| facts.has_node_ports).and_then(|n| u16::try_from(n).ok()).filter(|n| *n != 0);
+        for cluster_ip in &facts.cluster_ips {
+            let family = IpFamily::of(cluster_ip);
+            let id = PortId::new(family, svc.service.namespace(), svc.service.name(), proto, &label);
+            let sp = PortSpec { id, family, proto, port: port_no, node_port, cluster_ip: *cluster_ip };
+            build_port(input, &facts, &sp, backends, &mut pieces);
+        }
+    }
+    pieces
+}
+
+struct PortSpec {
+    id: PortId,
+    family: IpFamily,
+    proto: Protocol,
+    port: u16,
+    node_port: Option<u16>,
+    cluster_ip: IpAddr,
+}
+
+fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Backend], out: &mut ServicePieces) {
+    let fam = sp.family;
+    let m = maps(fam);
+    let (saddr, _, addr_type) = family_fields(fam);
+    let in_family = |ip: &&IpAddr| IpFamily::of(ip) == fam;
+    let external_ips: Vec<IpAddr> = facts.external_ips.iter().filter(in_family).copied().collect();
+    let lb_ips: Vec<IpAddr> = facts.lb_ips.iter().filter(in_family).copied().collect();
+    let source_ranges: Vec<IpNet> = facts
+        .source_ranges
+        .iter()
+        .filter(|n| matches!((n, fam), (IpNet::V4(_), IpFamily::V4) | (IpNet::V6(_), IpFamily::V6)))
+        .copied()
+        .collect();
+    let externally_accessible = sp.node_port.is_some() || !external_ips.is_empty() || !lb_ips.is_empty();
+
+    let eps = categorize(backends, fam, &input.node_name, facts.publish_not_ready);
+    let has_endpoints = !eps.cluster.is_empty();
+    let has_local = !eps.local.is_empty();
+    let (internal_chain, has_internal) =
+        if facts.internal_local { (sp.id.local_chain(), has_local) } else { (sp.id.cluster_chain(), has_endpoints) };
+    let (external_policy_chain, has_external) =
+        if facts.external_local { (sp.id.local_chain(), has_local) } else { (sp.id.cluster_chain(), has_endpoints) };
+    let uses_cluster_chain =
+        has_endpoints && (!facts.internal_local || (externally_accessible && !facts.external_local));
+    let uses_local_chain = has_local && (facts.internal_local || (externally_accessible && facts.external_local));
+    let uses_external_chain = has_external && externally_accessible;
+
+    // Without any endpoint, every destination is refused at once; with endpoints only
+    // elsewhere (a Local policy), that destination is dropped, as kube-proxy does.
+    let reject = goto(names::REJECT_CHAIN);
+    let internal_verdict = if has_endpoints { Verdict::Drop } else { reject.clone() };
+    let external_verdict = internal_verdict.clone();
+
+    let proto = Value::Proto(sp.proto.number());
+    let svc_key = |ip: IpAddr| vec![Value::Addr(ip), proto.clone(), Value::Port(sp.port)];
+
+    // Endpoint chains (and their affinity sets), used by the cluster and local chains.
+    let mut targets: Vec<Target> = Vec::new();
+    if uses_cluster_chain {
+        targets.extend(&eps.cluster);
+    }
+    if uses_local_chain {
+        targets.extend(&eps.local);
+    }
+    targets.sort();
+    targets.dedup();
+    for t in &targets {
+        let ep_chain = sp.id.endpoint_chain(&t.ip, t.port);
+        let mut rules = vec![
+            // Hairpin: an endpoint reaching itself through the service must see the
+            // router as the source, or its reply would bypass the DNAT.
+            rule(vec![
+                Stmt::Cmp { field: saddr.clone(), op: CmpOp::Eq, value: CmpValue::Value(Value::Addr(t.ip)) },
+                jump(names::MARK_FOR_MASQUERADE),
+            ]),
+        ];
+        if let Some(timeout) = facts.affinity {
+            let set = sp.id.affinity_set(&t.ip, t.port);
+            out.sets.push(Set {
+                name: set.clone(),
+                key: vec![addr_type],
+                data: None,
+                // `dynamic` because the packet path adds to it (nft would add it anyway).
+                flags: SetFlags { timeout: true, dynamic: true, ..SetFlags::default() },
+                timeout: Some(timeout),
+                comment: None,
+            });
+            rules.push(rule(vec![Stmt::SetUpdate { set, key: saddr.clone() }]));
+        }
+        rules.push(rule(vec![Stmt::MarkOr { field: Field::CtMark, bits: input.ct_mark }]));
+        rules.push(rule(vec![
+            Stmt::Cmp { field: Field::L4Proto, op: CmpOp::Eq, value: CmpValue::Value(proto.clone()) },
+            Stmt::Dnat { addr: t.ip, port: Some(t.port) },
+        ]));
+        out.chains.push((chain(&ep_chain), rules));
+    }
+
+    let policy_chain = |name: String, members: &[Target]| -> (Chain, Vec<Rule>) {
+        let mut rules = Vec::new();
+        if facts.affinity.is_some() {
+            for t in members {
+                rules.push(rule(vec![
+                    Stmt::InSet { field: saddr.clone(), set: sp.id.affinity_set(&t.ip, t.port), negate: false },
+                    Stmt::Verdict(goto(&sp.id.endpoint_chain(&t.ip, t.port))),
+                ]));
+            }
+        }
+        let entries = members
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (Value::Mark(i as u32), goto(&sp.id.endpoint_chain(&t.ip, t.port))))
+            .collect();
+        rules.push(rule(vec![Stmt::VmapInline { key: Field::NumgenRandom(members.len() as u32), entries }]));
+        (chain(&name), rules)
+    };
+    if uses_cluster_chain {
+        out.chains.push(policy_chain(sp.id.cluster_chain(), &eps.cluster));
+    }
+    if uses_local_chain {
+        out.chains.push(policy_chain(sp.id.local_chain(), &eps.local));
+    }
+
+    if uses_external_chain {
+        let mut rules = Vec::new();
+        if !facts.external_local {
+            // The endpoint may answer via another route; SNAT makes the reply come back here.
+            rules.push(rule(vec![jump(names::MARK_FOR_MASQUERADE)]));
+        }
+        rules.push(rule(vec![Stmt::Verdict(goto(&external_policy_chain))]));
+        out.chains.push((chain(&sp.id.external_chain()), rules));
+    }
+    let external_target = goto(&sp.id.external_chain());
+
+    // ClusterIP.
+    if has_internal {
+        out.elements.push((m.service_ips.into(), verdict_element(svc_key(sp.cluster_ip), goto(&internal_chain))));
+    } else {
+        out.elements.push((m.no_endpoint_services.into(), verdict_element(svc_key(sp.cluster_ip), internal_verdict)));
+    }
+
+    // externalIPs and LoadBalancer ingress IPs.
+    for ip in external_ips.iter().chain(&lb_ips) {
+        if uses_external_chain {
+            out.elements.push((m.service_ips.into(), verdict_element(svc_key(*ip), external_target.clone())));
+        } else {
+            out.elements.push((m.no_endpoint_services.into(), verdict_element(svc_key(*ip), external_verdict.clone())));
+        }
+    }
+
+    // loadBalancerSourceRanges: only LoadBalancer IPs, not NodePorts (as Kubernetes).
+    if !lb_ips.is_empty() && !source_ranges.is_empty() {
+        let fw = sp.id.firewall_chain();
+        let mut rules: Vec<Rule> = source_ranges
+            .iter()
+            .map(|n| {
+                rule(vec![
+                    Stmt::InPrefix { field: saddr.clone(), net: *n, negate: false },
+                    Stmt::Verdict(Verdict::Return),
+                ])
+            })
+            .collect();
+        rules.push(rule(vec![Stmt::Verdict(Verdict::Drop)]));
+        out.chains.push((chain(&fw), rules));
+        for ip in &lb_ips {
+            out.elements.push((m.firewall_ips.into(), verdict_element(svc_key(*ip), goto(&fw))));
+        }
+    }
+
+    // NodePort.
+    if let Some(np) = sp.node_port {
+        let key = vec![proto.clone(), Value::Port(np)];
+        if uses_external_chain {
+            out.elements.push((m.service_nodeports.into(), verdict_element(key, external_target)));
+        } else {
+            out.elements.push((m.no_endpoint_nodeports.into(), verdict_element(key, external_verdict)));
+        }
+    }
+}

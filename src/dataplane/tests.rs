@@ -1,0 +1,354 @@
+//! Golden tests: representative services built into a ruleset and rendered as nft text,
+//! compared with `src/dataplane/testdata/*.nft`. After an intended change, regenerate
+//! with `UPDATE_GOLDEN=1 cargo test dataplane::` and review the diff.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::model::{Backend, Service};
+use crate::nft::ir::*;
+use crate::nft::render::render;
+
+use super::names;
+use super::*;
+
+const NODE: &str = "router-1";
+
+fn input<'a>(services: Vec<ServiceInput<'a>>) -> Input<'a> {
+    Input {
+        table: "nodeportd".into(),
+        node_name: NODE.into(),
+        masquerade_mark: 0x4000,
+        ct_mark: 0x8000,
+        nodeport_ips_v4: vec!["198.18.1.1".parse().unwrap(), "198.18.2.1".parse().unwrap()],
+        nodeport_ips_v6: vec!["2001:db8:1::1".parse().unwrap()],
+        services,
+    }
+}
+
+fn svc(json: &str) -> Service {
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("fixture {json}: {e}"))
+}
+
+/// `"198.18.2.11:8080 ready node=router-1"`; flags: ready, serving, terminating.
+fn be(spec: &str) -> Backend {
+    let mut parts = spec.split_whitespace();
+    let addr: std::net::SocketAddr = parts.next().unwrap().parse().unwrap();
+    let mut b =
+        Backend { ip: addr.ip(), port: addr.port(), ready: false, serving: false, terminating: false, node_name: None };
+    for p in parts {
+        match p {
+            "ready" => {
+                b.ready = true;
+                b.serving = true;
+            }
+            "serving" => b.serving = true,
+            "terminating" => b.terminating = true,
+            n if n.starts_with("node=") => b.node_name = Some(n[5..].to_string()),
+            other => panic!("bad backend flag {other}"),
+        }
+    }
+    b
+}
+
+fn ports(list: &[(&str, &[&str])]) -> BTreeMap<String, Vec<Backend>> {
+    list.iter().map(|(name, bs)| (name.to_string(), bs.iter().map(|s| be(s)).collect())).collect()
+}
+
+struct Case {
+    name: &'static str,
+    service: &'static str,
+    backends: &'static [(&'static str, &'static [&'static str])],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "nodeport",
+        service: r#"{"metadata":{"name":"web","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.10","clusterIPs":["198.19.0.10"],
+            "ports":[{"port":80,"targetPort":8080,"protocol":"TCP","nodePort":30080}]}}"#,
+        backends: &[("", &["198.18.2.11:8080 ready node=router-1", "198.18.2.12:8080 ready node=node-2"])],
+    },
+    Case {
+        name: "clusterip",
+        service: r#"{"metadata":{"name":"dns","namespace":"kube-system"},
+            "spec":{"clusterIP":"198.19.0.53",
+            "ports":[{"name":"dns","port":53,"protocol":"UDP"},{"name":"dns-tcp","port":53,"protocol":"TCP"}]}}"#,
+        backends: &[
+            ("dns", &["198.18.2.11:53 ready", "198.18.2.12:53 ready"]),
+            ("dns-tcp", &["198.18.2.11:53 ready", "198.18.2.12:53 ready"]),
+        ],
+    },
+    Case {
+        name: "loadbalancer-local",
+        service: r#"{"metadata":{"name":"ingress","namespace":"edge"},
+            "spec":{"type":"LoadBalancer","clusterIP":"198.19.0.20","externalTrafficPolicy":"Local",
+            "healthCheckNodePort":32000,
+            "ports":[{"name":"https","port":443,"targetPort":8443,"nodePort":30443}]},
+            "status":{"loadBalancer":{"ingress":[{"ip":"198.18.3.100"}]}}}"#,
+        backends: &[("https", &["198.18.2.11:8443 ready node=router-1", "198.18.2.12:8443 ready node=node-2"])],
+    },
+    Case {
+        name: "local-without-local-endpoints",
+        service: r#"{"metadata":{"name":"far","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.21","externalTrafficPolicy":"Local",
+            "externalIPs":["198.18.3.21"],
+            "ports":[{"port":80,"nodePort":30021}]}}"#,
+        backends: &[("", &["198.18.2.12:80 ready node=node-2"])],
+    },
+    Case {
+        name: "affinity",
+        service: r#"{"metadata":{"name":"sticky","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.30",
+            "sessionAffinity":"ClientIP","sessionAffinityConfig":{"clientIP":{"timeoutSeconds":600}},
+            "ports":[{"port":80,"nodePort":30030}]}}"#,
+        backends: &[("", &["198.18.2.11:80 ready", "198.18.2.12:80 ready"])],
+    },
+    Case {
+        name: "no-endpoints",
+        service: r#"{"metadata":{"name":"empty","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.40","externalIPs":["198.18.3.40"],
+            "ports":[{"port":80,"nodePort":30040},{"name":"dns","port":53,"protocol":"UDP","nodePort":30053}]}}"#,
+        backends: &[],
+    },
+    Case {
+        name: "dual-stack",
+        service: r#"{"metadata":{"name":"web6","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.60","clusterIPs":["198.19.0.60","2001:db8:96::60"],
+            "ipFamilies":["IPv4","IPv6"],"ipFamilyPolicy":"RequireDualStack",
+            "ports":[{"name":"http","port":80,"nodePort":30060}]}}"#,
+        backends: &[(
+            "http",
+            &["198.18.2.11:80 ready", "198.18.2.12:80 ready", "[2001:db8:2::11]:80 ready", "[2001:db8:2::12]:80 ready"],
+        )],
+    },
+    Case {
+        name: "udp",
+        service: r#"{"metadata":{"name":"echo","namespace":"default"},
+            "spec":{"type":"NodePort","clusterIP":"198.19.0.70",
+            "ports":[{"port":7,"protocol":"UDP","nodePort":30007}]}}"#,
+        backends: &[("", &["198.18.2.11:7 ready", "198.18.2.12:7 ready"])],
+    },
+    Case {
+        name: "sctp",
+        service: r#"{"metadata":{"name":"signal","namespace":"telco"},
+            "spec":{"clusterIP":"198.19.0.80","ports":[{"port":3868,"protocol":"SCTP"}]}}"#,
+        backends: &[("", &["198.18.2.11:3868 ready"])],
+    },
+    Case {
+        name: "terminating",
+        service: r#"{"metadata":{"name":"rollout","namespace":"default"},
+            "spec":{"clusterIP":"198.19.0.90","ports":[{"port":80}]}}"#,
+        backends: &[("", &["198.18.2.11:80 serving terminating", "198.18.2.12:80 terminating", "198.18.2.13:80"])],
+    },
+    Case {
+        name: "source-ranges",
+        service: r#"{"metadata":{"name":"admin","namespace":"default"},
+            "spec":{"type":"LoadBalancer","clusterIP":"198.19.0.100",
+            "loadBalancerSourceRanges":["198.18.1.0/24","2001:db8:1::/64","198.18.9.7/32"],
+            "ports":[{"port":22,"nodePort":30022}]},
+            "status":{"loadBalancer":{"ingress":[{"ip":"198.18.3.101"}]}}}"#,
+        backends: &[("", &["198.18.2.11:22 ready"])],
+    },
+];
+
+fn testdata(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/dataplane/testdata").join(format!("{name}.nft"))
+}
+
+fn check_golden(name: &str, got: &str) {
+    let path = testdata(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1 to create it)", path.display()));
+    if want != got {
+        panic!("{} differs from the builder's output:\n--- want\n{want}\n--- got\n{got}", path.display());
+    }
+}
+
+/// Only the service's own objects, rendered into an otherwise empty table so the golden
+/// file shows exactly what one service adds.
+fn render_pieces(p: &ServicePieces) -> String {
+    let mut rs = Ruleset { family: Some(Family::Inet), table: "nodeportd".into(), ..Ruleset::default() };
+    p.clone().merge_into(&mut rs);
+    render(&rs)
+}
+
+fn services() -> Vec<Service> {
+    CASES.iter().map(|c| svc(c.service)).collect()
+}
+
+fn full_input(svcs: &[Service]) -> Input<'_> {
+    input(svcs.iter().zip(CASES).map(|(s, c)| ServiceInput { service: s, backends: ports(c.backends) }).collect())
+}
+
+#[test]
+fn golden_per_service() {
+    for c in CASES {
+        let s = svc(c.service);
+        let inp = input(vec![]);
+        let pieces = build_service(&inp, &ServiceInput { service: &s, backends: ports(c.backends) });
+        check_golden(c.name, &render_pieces(&pieces));
+    }
+}
+
+#[test]
+fn golden_skeleton_and_full_table() {
+    check_golden("skeleton", &render(&build(&input(vec![]))));
+    let svcs = services();
+    check_golden("full", &render(&build(&full_input(&svcs))));
+}
+
+#[test]
+fn build_is_deterministic_and_order_independent() {
+    let svcs = services();
+    let a = build(&full_input(&svcs));
+    let mut inp = full_input(&svcs);
+    inp.services.reverse();
+    for s in &mut inp.services {
+        for bs in s.backends.values_mut() {
+            bs.reverse();
+        }
+    }
+    assert_eq!(a, build(&inp));
+}
+
+#[test]
+fn externalname_and_headless_produce_nothing() {
+    let ext = svc(r#"{"metadata":{"name":"ext"},"spec":{"type":"ExternalName","externalName":"example.org"}}"#);
+    let headless = svc(r#"{"metadata":{"name":"db"},"spec":{"clusterIP":"None","ports":[{"port":5432}]}}"#);
+    let unallocated = svc(r#"{"metadata":{"name":"new"},"spec":{"ports":[{"port":80}]}}"#);
+    let inp = input(vec![]);
+    for s in [&ext, &headless, &unallocated] {
+        let backends = ports(&[("", &["198.18.2.11:5432 ready"])]);
+        assert_eq!(build_service(&inp, &ServiceInput { service: s, backends }), ServicePieces::default());
+    }
+}
+
+#[test]
+fn every_service_object_name_is_derived_and_within_limits() {
+    let svcs = services();
+    let rs = build(&full_input(&svcs));
+    let skeleton = build(&input(vec![]));
+    let fixed: Vec<&str> = skeleton
+        .chains
+        .iter()
+        .map(|(c, _)| c.name.as_str())
+        .chain(skeleton.sets.iter().map(|s| s.name.as_str()))
+        .collect();
+    let all = rs.chains.iter().map(|(c, _)| c.name.as_str()).chain(rs.sets.iter().map(|s| s.name.as_str()));
+    let mut seen = std::collections::BTreeSet::new();
+    for n in all {
+        assert!(n.len() <= names::NAME_MAX, "{n}");
+        assert!(seen.insert(n), "duplicate name {n}");
+        assert!(fixed.contains(&n) || names::is_service_object(n), "{n} is neither fixed nor a service object");
+    }
+}
+
+#[test]
+fn jump_targets_exist_and_come_first() {
+    let svcs = services();
+    let rs = build(&full_input(&svcs));
+    let mut created: Vec<&str> = Vec::new();
+    let check = |v: &Verdict, created: &Vec<&str>, at: &str| {
+        if let Verdict::Jump(t) | Verdict::Goto(t) = v {
+            assert!(created.contains(&t.as_str()), "{at} refers to {t} before it exists");
+        }
+    };
+    for (c, rules) in &rs.chains {
+        for r in rules {
+            for s in &r.stmts {
+                match s {
+                    Stmt::Verdict(v) => check(v, &created, &c.name),
+                    Stmt::VmapInline { entries, .. } => entries.iter().for_each(|(_, v)| check(v, &created, &c.name)),
+                    _ => {}
+                }
+            }
+        }
+        created.push(&c.name);
+    }
+    for (set, els) in &rs.elements {
+        for e in els {
+            if let Some(ElementData::Verdict(v)) = &e.data {
+                check(v, &created, set);
+            }
+        }
+    }
+}
+
+#[test]
+fn one_service_change_touches_only_its_own_objects() {
+    // The sync engine relies on this: rebuilding one service yields the same objects
+    // for every other service, so a diff by name stays small.
+    let svcs = services();
+    let before = build(&full_input(&svcs));
+    let mut inp = full_input(&svcs);
+    inp.services[0].backends.insert("".into(), vec![be("198.18.2.13:8080 ready")]);
+    let after = build(&inp);
+    let changed: Vec<&str> =
+        after.chains.iter().filter(|c| !before.chains.contains(c)).map(|(c, _)| c.name.as_str()).collect();
+    assert!(!changed.is_empty());
+    for n in &changed {
+        assert!(n.contains("default/web/tcp/80"), "unrelated chain {n} changed");
+    }
+}
+
+/// Loads the full rendered table into a fresh network namespace with `nft -f` and
+/// compares `nft list table` with our text. Needs root and the nft binary; without
+/// them the test says so and passes, unless NODEPORTD_REQUIRE_NFT is set (CI sets it).
+#[test]
+fn nft_loads_the_rendering_and_lists_it_back() {
+    let required = std::env::var_os("NODEPORTD_REQUIRE_NFT").is_some();
+    let usable = std::process::Command::new("unshare")
+        .args(["--net", "nft", "list", "ruleset"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !usable {
+        assert!(!required, "NODEPORTD_REQUIRE_NFT is set but `unshare --net nft` does not work here");
+        eprintln!("skipped: needs root, unshare and nft");
+        return;
+    }
+    let svcs = services();
+    let text = render(&build(&full_input(&svcs)));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("full.nft");
+    std::fs::write(&file, &text).unwrap();
+    let script = format!("nft -f {} && nft list table inet nodeportd", file.display());
+    let out = std::process::Command::new("unshare").args(["--net", "sh", "-c", &script]).output().unwrap();
+    assert!(out.status.success(), "nft refused the rendering:\n{}", String::from_utf8_lossy(&out.stderr));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    // What the kernel adds by itself: the default size of dynamic sets.
+    let normalize = |s: &str| -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut elements: Option<String> = None;
+        for l in s.lines().map(str::trim).filter(|l| !l.starts_with("size ")) {
+            let acc = match (elements.take(), l.strip_prefix("elements = {")) {
+                (None, None) => {
+                    lines.push(l.to_string());
+                    continue;
+                }
+                (None, Some(rest)) => rest.to_string(),
+                (Some(acc), _) => acc + " " + l,
+            };
+            match acc.strip_suffix('}') {
+                // The kernel lists elements in its own order: compare them one by one.
+                Some(all) => lines.extend(all.split(',').map(|e| format!("element {}", e.trim()))),
+                None => elements = Some(acc),
+            }
+        }
+        lines.sort();
+        lines
+    };
+    let (want, got) = (normalize(&text), normalize(&listed));
+    let missing: Vec<&String> = want.iter().filter(|l| !got.contains(l)).collect();
+    let extra: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "listing differs:\nonly ours: {missing:#?}\nonly nft's: {extra:#?}"
+    );
+}

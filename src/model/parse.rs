@@ -1,0 +1,300 @@
+//! From request JSON to typed objects: kind/apiVersion checks, `List` unwrapping, and
+//! type errors that name the field path (`spec.ports[0].port: invalid type: ...`).
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::validate::{q, validate_endpoint_slice, validate_endpoints, validate_service};
+use super::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Reason, Service};
+
+/// Any object nodeportd stores.
+// Short-lived (one request's objects), so the size of the Service variant costs nothing
+// worth a Box at every use.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnyObject {
+    Service(Service),
+    Endpoints(Endpoints),
+    EndpointSlice(EndpointSlice),
+}
+
+impl AnyObject {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AnyObject::Service(_) => "Service",
+            AnyObject::Endpoints(_) => "Endpoints",
+            AnyObject::EndpointSlice(_) => "EndpointSlice",
+        }
+    }
+    /// The resource name kubectl prints in `service/NS/NAME created`.
+    pub fn resource(&self) -> &'static str {
+        match self {
+            AnyObject::Service(_) => "service",
+            AnyObject::Endpoints(_) => "endpoints",
+            AnyObject::EndpointSlice(_) => "endpointslice",
+        }
+    }
+    pub fn meta(&self) -> &super::ObjectMeta {
+        match self {
+            AnyObject::Service(o) => &o.metadata,
+            AnyObject::Endpoints(o) => &o.metadata,
+            AnyObject::EndpointSlice(o) => &o.metadata,
+        }
+    }
+    pub fn validate(&self) -> Result<(), ApiError> {
+        match self {
+            AnyObject::Service(o) => validate_service(o),
+            AnyObject::Endpoints(o) => validate_endpoints(o),
+            AnyObject::EndpointSlice(o) => validate_endpoint_slice(o),
+        }
+    }
+    /// The endpoints form `endpoints.apply` takes; `None` for a Service.
+    pub fn into_endpoints(self) -> Option<EndpointsObject> {
+        match self {
+            AnyObject::Service(_) => None,
+            AnyObject::Endpoints(e) => Some(EndpointsObject::Endpoints(e)),
+            AnyObject::EndpointSlice(e) => Some(EndpointsObject::Slice(e)),
+        }
+    }
+    pub fn to_json(&self) -> Value {
+        let v = match self {
+            AnyObject::Service(o) => serde_json::to_value(o),
+            AnyObject::Endpoints(o) => serde_json::to_value(o),
+            AnyObject::EndpointSlice(o) => serde_json::to_value(o),
+        };
+        v.unwrap_or(Value::Null)
+    }
+}
+
+fn invalid(msg: String) -> ApiError {
+    ApiError::new(Reason::Invalid, msg)
+}
+
+/// The apiVersion each kind is served in.
+fn api_version_of(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Service" | "Endpoints" => Some("v1"),
+        "EndpointSlice" => Some("discovery.k8s.io/v1"),
+        _ => None,
+    }
+}
+
+/// Parses one request body: a single object, or a `List` (also `ServiceList`,
+/// `EndpointsList`, `EndpointSliceList`) of them, as `kubectl get -o json` prints.
+/// Objects are parsed, not validated (see [`parse_and_validate`]).
+pub fn parse_object(value: Value) -> Result<Vec<AnyObject>, ApiError> {
+    let kind = kind_of(&value)?;
+    let item_kind = match kind.as_str() {
+        "List" => None,
+        "ServiceList" => Some("Service"),
+        "EndpointsList" => Some("Endpoints"),
+        "EndpointSliceList" => Some("EndpointSlice"),
+        _ => return Ok(vec![parse_single(value, None)?]),
+    };
+    let Value::Object(mut map) = value else {
+        return Err(invalid("the request must be a JSON object".into()));
+    };
+    let items = match map.remove("items") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items,
+        Some(other) => return Err(invalid(format!("{kind}: items: Invalid value: {other}: must be an array"))),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            parse_single(item, item_kind)
+                .map_err(|e| ApiError::new(e.reason, format!("{kind} items[{i}]: {}", e.message)))
+        })
+        .collect()
+}
+
+/// [`parse_object`] followed by validation of every object; fails on the first error.
+pub fn parse_and_validate(value: Value) -> Result<Vec<AnyObject>, ApiError> {
+    let objs = parse_object(value)?;
+    for o in &objs {
+        o.validate()?;
+    }
+    Ok(objs)
+}
+
+fn kind_of(value: &Value) -> Result<String, ApiError> {
+    let Value::Object(map) = value else {
+        return Err(invalid(format!("Object 'Kind' is missing in '{}'", short(value))));
+    };
+    match map.get("kind") {
+        Some(Value::String(k)) if !k.is_empty() => Ok(k.clone()),
+        None | Some(Value::Null) => Err(invalid(format!("Object 'Kind' is missing in '{}'", short(value)))),
+        Some(Value::String(_)) => Err(invalid(format!("Object 'Kind' is missing in '{}'", short(value)))),
+        Some(other) => Err(invalid(format!("kind: Invalid value: {other}: must be a string"))),
+    }
+}
+
+/// The object as kubectl quotes it in errors, cut so a huge request cannot make a huge message.
+fn short(v: &Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(200) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
+}
+
+/// One object. Items of a typed list (`ServiceList`) may omit kind and apiVersion, as the
+/// API server prints them.
+fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Result<AnyObject, ApiError> {
+    let kind = match (list_item_kind, &value) {
+        (Some(k), Value::Object(m)) if m.get("kind").is_none_or(Value::is_null) => k.to_string(),
+        _ => kind_of(&value)?,
+    };
+    if let Some(want) = list_item_kind {
+        if kind != want {
+            return Err(invalid(format!("kind: Invalid value: {}: must be {}", q(&kind), q(want))));
+        }
+    }
+    let Some(version) = api_version_of(&kind) else {
+        if kind.ends_with("List") {
+            return Err(invalid(format!("kind: Invalid value: {}: a List may not hold another list", q(&kind))));
+        }
+        return Err(invalid(format!(
+            "kind {} is not supported: nodeportd accepts Service (v1), Endpoints (v1) and EndpointSlice (discovery.k8s.io/v1)",
+            q(&kind)
+        )));
+    };
+    let map = value.as_object_mut().ok_or_else(|| invalid("the object must be a JSON object".into()))?;
+    match map.get("apiVersion") {
+        Some(Value::String(v)) if v == version => {}
+        None | Some(Value::Null) if list_item_kind.is_some() => {
+            map.insert("apiVersion".into(), Value::String(version.into()));
+        }
+        None | Some(Value::Null) => {
+            return Err(invalid(format!("Object 'apiVersion' is missing in '{}'", short(&value))));
+        }
+        Some(Value::String(v)) => {
+            return Err(invalid(format!("no matches for kind {} in version {}", q(&kind), q(v))));
+        }
+        Some(other) => return Err(invalid(format!("apiVersion: Invalid value: {other}: must be a string"))),
+    }
+    if let Some(m) = value.as_object_mut() {
+        m.insert("kind".into(), Value::String(kind.clone()));
+    }
+    Ok(match kind.as_str() {
+        "Service" => AnyObject::Service(typed(&kind, value)?),
+        "Endpoints" => AnyObject::Endpoints(typed(&kind, value)?),
+        _ => AnyObject::EndpointSlice(typed(&kind, value)?),
+    })
+}
+
+/// Deserializes with the failing field's path in the message, as the API server's
+/// `json: cannot unmarshal ... into Go struct field ...` does.
+fn typed<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, ApiError> {
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        invalid(format!("{kind} {} is invalid: {path}: {}", q(&name), e.inner()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fixture(name: &str) -> Value {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    #[test]
+    fn kubectl_printed_services_parse_and_validate() {
+        for f in [
+            "svc-nodeport-web.json",
+            "svc-clusterip-db.json",
+            "svc-headless.json",
+            "svc-loadbalancer.json",
+            "svc-externalname.json",
+        ] {
+            let objs = parse_and_validate(fixture(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert_eq!(objs.len(), 1, "{f}");
+            assert_eq!(objs[0].kind(), "Service");
+        }
+    }
+
+    #[test]
+    fn api_server_shaped_objects_parse_and_validate() {
+        let objs = parse_and_validate(fixture("list-server.json")).unwrap();
+        let kinds: Vec<&str> = objs.iter().map(AnyObject::kind).collect();
+        assert_eq!(kinds, ["Service", "Endpoints", "EndpointSlice"]);
+        let AnyObject::Service(s) = &objs[0] else { panic!() };
+        assert_eq!(s.spec.ports[0].node_port, Some(30086));
+        assert_eq!(s.metadata.resource_version.as_deref(), Some("4711"));
+        let AnyObject::EndpointSlice(es) = &objs[2] else { panic!() };
+        assert_eq!(es.endpoints.len(), 2);
+        assert_eq!(es.endpoints[1].conditions.ready, Some(false));
+        parse_and_validate(fixture("endpointslice-web.json")).unwrap();
+        parse_and_validate(fixture("endpoints-web.json")).unwrap();
+    }
+
+    #[test]
+    fn typed_service_list_items_may_omit_kind() {
+        let v = json!({"kind": "ServiceList", "apiVersion": "v1", "items": [
+            {"metadata": {"name": "a"}, "spec": {"ports": [{"port": 80}]}}
+        ]});
+        let objs = parse_and_validate(v).unwrap();
+        assert_eq!(objs[0].kind(), "Service");
+    }
+
+    #[test]
+    fn unknown_kind_is_refused_by_name() {
+        let e = parse_object(json!({"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}})).unwrap_err();
+        assert!(e.message.contains("kind \"Pod\" is not supported"), "{e}");
+        let e = parse_object(json!({"kind": "List", "items": [{"kind": "Deployment", "apiVersion": "apps/v1"}]}))
+            .unwrap_err();
+        assert!(e.message.contains("List items[0]: kind \"Deployment\" is not supported"), "{e}");
+    }
+
+    #[test]
+    fn wrong_api_version_is_refused() {
+        let e = parse_object(json!({"kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1beta1"})).unwrap_err();
+        assert_eq!(e.message, "no matches for kind \"EndpointSlice\" in version \"discovery.k8s.io/v1beta1\"");
+        let e = parse_object(json!({"kind": "Service"})).unwrap_err();
+        assert!(e.message.starts_with("Object 'apiVersion' is missing"), "{e}");
+    }
+
+    #[test]
+    fn missing_kind_and_non_objects() {
+        assert!(parse_object(json!({"apiVersion": "v1"})).unwrap_err().message.contains("Object 'Kind' is missing"));
+        assert!(parse_object(json!([1, 2])).unwrap_err().message.contains("Object 'Kind' is missing"));
+        assert!(parse_object(json!({"kind": 7})).unwrap_err().message.contains("kind: Invalid value: 7"));
+        let e = parse_object(json!({"kind": "List", "items": {"a": 1}})).unwrap_err();
+        assert!(e.message.contains("items: Invalid value"), "{e}");
+        let e = parse_object(json!({"kind": "List", "items": [{"kind": "List", "items": []}]})).unwrap_err();
+        assert!(e.message.contains("may not hold another list"), "{e}");
+    }
+
+    #[test]
+    fn type_errors_name_the_field_path() {
+        let e = parse_object(json!({"kind": "Service", "apiVersion": "v1", "metadata": {"name": "web"},
+            "spec": {"ports": [{"port": "eighty"}]}}))
+        .unwrap_err();
+        assert!(
+            e.message.starts_with("Service \"web\" is invalid: spec.ports[0].port: invalid type: string \"eighty\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn validation_runs_on_every_list_item() {
+        let e = parse_and_validate(json!({"kind": "List", "apiVersion": "v1", "items": [
+            {"kind": "Service", "apiVersion": "v1", "metadata": {"name": "ok"}, "spec": {"ports": [{"port": 80}]}},
+            {"kind": "Service", "apiVersion": "v1", "metadata": {"name": "bad"}, "spec": {"ports": [{"port": 0}]}}
+        ]}))
+        .unwrap_err();
+        assert!(e.message.contains("Service \"bad\" is invalid: spec.ports[0].port: Invalid value: 0"), "{e}");
+    }
+
+    #[test]
+    fn empty_list_is_empty() {
+        assert!(parse_object(json!({"kind": "List", "apiVersion": "v1", "items": []})).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,129 @@
+//! nf_tables change events (`NFNLGRP_NFTABLES`): tells the daemon when someone
+//! else changed or deleted our table, so it can resync at once.
+//!
+//! The kernel sends one message per changed object during a commit, then
+//! `NFT_MSG_NEWGEN` naming the process that committed. We remember whether a
+//! commit touched our table and report it at its `NEWGEN`, unless it was ours
+//! (our own syncs are not news): sent from a socket we were told about, or by
+//! a thread of this process (`NFTA_GEN_PROC_PID` is the committing task's id).
+
+use futures::Stream;
+use netlink_packet_core::NetlinkPayload;
+use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, TokioSocket};
+
+use super::error::NftError;
+use super::socket::split;
+use super::wire::{self, AttrList, MsgType, NfMsg};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableEvent {
+    /// Another process changed our table (`deleted`: the table itself is gone).
+    Changed { deleted: bool, generation: u32, by_pid: u32, by_name: Option<String> },
+    /// Events were lost (socket buffer overrun): state unknown, resync.
+    Overrun,
+}
+
+pub struct EventStream {
+    sock: TokioSocket,
+    family: u8,
+    table: String,
+    own_portids: Vec<u32>,
+    touched: bool,
+    deleted: bool,
+    queue: std::collections::VecDeque<TableEvent>,
+}
+
+impl EventStream {
+    /// Subscribes (in the caller's network namespace) to changes of `family table`.
+    pub fn new(family: u8, table: &str) -> Result<Self, NftError> {
+        let io = |op| move |source| NftError::Io { op, source };
+        let mut sock = TokioSocket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
+        sock.socket_mut().bind_auto().map_err(io("bind"))?;
+        sock.socket_mut().add_membership(wire::NFNLGRP_NFTABLES).map_err(io("join NFNLGRP_NFTABLES"))?;
+        Ok(EventStream {
+            sock,
+            family,
+            table: table.to_string(),
+            own_portids: Vec::new(),
+            touched: false,
+            deleted: false,
+            queue: Default::default(),
+        })
+    }
+
+    /// Treats commits sent through `sock` as ours (never reported).
+    pub fn ignore_socket(&mut self, sock: &super::NftSocket) {
+        self.own_portids.push(sock.portid());
+    }
+
+    fn ours(&self, portid: u32, pid: u32) -> bool {
+        self.own_portids.contains(&portid)
+            || pid == std::process::id()
+            || std::path::Path::new(&format!("/proc/self/task/{pid}")).exists()
+    }
+
+    fn concerns_us(&self, m: &NfMsg) -> bool {
+        // Every object message names its table in attribute 1
+        // (NFTA_TABLE_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE,
+        // NFTA_SET_ELEM_LIST_TABLE).
+        m.family == self.family && m.attrs.str_of(1).ok().flatten().as_deref() == Some(self.table.as_str())
+    }
+
+    fn feed(&mut self, portid: u32, m: NfMsg) {
+        match m.kind() {
+            Some(MsgType::NewGen) => {
+                let by_pid = m.attrs.u32_of(wire::gen::PROC_PID).ok().flatten().unwrap_or(0);
+                if self.touched && !self.ours(portid, by_pid) {
+                    self.queue.push_back(TableEvent::Changed {
+                        deleted: self.deleted,
+                        generation: m.attrs.u32_of(wire::gen::ID).ok().flatten().unwrap_or(0),
+                        by_pid,
+                        by_name: m.attrs.str_of(wire::gen::PROC_NAME).ok().flatten(),
+                    });
+                }
+                self.touched = false;
+                self.deleted = false;
+            }
+            Some(MsgType::DelTable) if self.concerns_us(&m) => {
+                self.touched = true;
+                self.deleted = true;
+            }
+            Some(MsgType::NewTable) if self.concerns_us(&m) => {
+                self.touched = true;
+                self.deleted = false;
+            }
+            Some(_) if self.concerns_us(&m) => self.touched = true,
+            _ => {}
+        }
+    }
+
+    /// Waits for the next event about our table.
+    pub async fn next_event(&mut self) -> Result<TableEvent, NftError> {
+        loop {
+            if let Some(e) = self.queue.pop_front() {
+                return Ok(e);
+            }
+            let data = match self.sock.recv_from_full().await {
+                Ok((d, _)) => d,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    self.touched = false;
+                    return Ok(TableEvent::Overrun);
+                }
+                Err(source) => return Err(NftError::Io { op: "recv events", source }),
+            };
+            for m in split(&data)? {
+                if let NetlinkPayload::InnerMessage(i) = m.payload {
+                    self.feed(m.header.port_number, i);
+                }
+            }
+        }
+    }
+
+    /// The same as a `Stream`, for `select!` loops and combinators.
+    pub fn into_stream(self) -> impl Stream<Item = Result<TableEvent, NftError>> {
+        futures::stream::unfold(self, |mut s| async move {
+            let e = s.next_event().await;
+            Some((e, s))
+        })
+    }
+}

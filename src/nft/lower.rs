@@ -1,0 +1,984 @@
+//! Lowering: the ruleset description (`ir`) to nf_tables messages.
+//!
+//! Pure: no I/O. Each function returns the messages for one object; the sync
+//! engine decides which objects go into a transaction and in what order.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
+
+use super::expr::{self, CmpOp as KCmp, CtKey, Data, Expr, KVerdict, MetaKey, PayloadBase};
+use super::ir::*;
+use super::wire::{self, host_u32, net_u16, reg_round, Attr, MsgType, NfMsg, REG32_00, REG_VERDICT};
+
+/// A description of what one message does, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Object {
+    Table(String),
+    Chain(String),
+    Rule { chain: String, index: usize },
+    FlushChain(String),
+    Set(String),
+    AnonSet { chain: String, index: usize },
+    Elements { set: String, count: usize },
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Object::Table(t) => write!(f, "table {t}"),
+            Object::Chain(c) => write!(f, "chain {c}"),
+            Object::Rule { chain, index } => write!(f, "rule #{index} of chain {chain}"),
+            Object::FlushChain(c) => write!(f, "flush of chain {c}"),
+            Object::Set(s) => write!(f, "set {s}"),
+            Object::AnonSet { chain, index } => {
+                write!(f, "anonymous map of rule #{index} in chain {chain}")
+            }
+            Object::Elements { set, count } => write!(f, "{count} element(s) of set {set}"),
+        }
+    }
+}
+
+/// One message of a batch with its netlink flags and what it is about.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub msg: NfMsg,
+    pub flags: u16,
+    pub object: Object,
+}
+
+/// An error in the description itself (caught before anything is sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LowerError {
+    pub object: String,
+    pub reason: String,
+}
+
+impl fmt::Display for LowerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.object, self.reason)
+    }
+}
+
+impl std::error::Error for LowerError {}
+
+pub fn family_code(f: Option<Family>) -> u8 {
+    match f.unwrap_or(Family::Inet) {
+        Family::Inet => wire::NFPROTO_INET,
+        Family::Ip => wire::NFPROTO_IPV4,
+        Family::Ip6 => wire::NFPROTO_IPV6,
+    }
+}
+
+/// Lowers objects of one table. Anonymous sets get batch-unique ids from here.
+pub struct Lowerer {
+    pub family: u8,
+    pub table: String,
+    next_set_id: u32,
+}
+
+const MAX_ELEMS_BYTES: usize = 48 * 1024;
+
+impl Lowerer {
+    pub fn new(family: Option<Family>, table: &str) -> Self {
+        Lowerer { family: family_code(family), table: table.to_string(), next_set_id: 1 }
+    }
+
+    fn msg(&self, t: MsgType, attrs: Vec<Attr>) -> NfMsg {
+        NfMsg::new(t, self.family, attrs)
+    }
+
+    pub fn new_table(&self) -> Op {
+        Op {
+            msg: self.msg(
+                MsgType::NewTable,
+                vec![Attr::str(wire::table::NAME, &self.table), Attr::u32(wire::table::FLAGS, 0)],
+            ),
+            flags: NLM_F_CREATE,
+            object: Object::Table(self.table.clone()),
+        }
+    }
+
+    pub fn del_table(&self) -> Op {
+        Op {
+            msg: self.msg(MsgType::DelTable, vec![Attr::str(wire::table::NAME, &self.table)]),
+            flags: 0,
+            object: Object::Table(self.table.clone()),
+        }
+    }
+
+    pub fn new_chain(&self, c: &Chain) -> Op {
+        let mut attrs = vec![Attr::str(wire::chain::TABLE, &self.table), Attr::str(wire::chain::NAME, &c.name)];
+        if let Some(b) = &c.base {
+            attrs.push(Attr::nested(
+                wire::chain::HOOK,
+                vec![
+                    Attr::u32(wire::chain::HOOK_HOOKNUM, hook_num(b.hook)),
+                    Attr::i32(wire::chain::HOOK_PRIORITY, b.priority),
+                ],
+            ));
+            let policy = match &b.policy {
+                Some(Verdict::Drop) => wire::verdict::DROP,
+                _ => wire::verdict::ACCEPT,
+            };
+            attrs.push(Attr::i32(wire::chain::POLICY, policy));
+            attrs.push(Attr::str(
+                wire::chain::TYPE,
+                match b.kind {
+                    ChainType::Filter => "filter",
+                    ChainType::Nat => "nat",
+                    ChainType::Route => "route",
+                },
+            ));
+        }
+        if let Some(cm) = &c.comment {
+            attrs.push(Attr::bytes(wire::chain::USERDATA, udata_comment(UDATA_CHAIN_COMMENT, cm)));
+        }
+        Op { msg: self.msg(MsgType::NewChain, attrs), flags: NLM_F_CREATE, object: Object::Chain(c.name.clone()) }
+    }
+
+    pub fn del_chain(&self, name: &str) -> Op {
+        Op {
+            msg: self.msg(
+                MsgType::DelChain,
+                vec![Attr::str(wire::chain::TABLE, &self.table), Attr::str(wire::chain::NAME, name)],
+            ),
+            flags: 0,
+            object: Object::Chain(name.to_string()),
+        }
+    }
+
+    /// `DELRULE` naming only the chain deletes every rule in it (`nft flush chain`).
+    pub fn flush_chain(&self, name: &str) -> Op {
+        Op {
+            msg: self.msg(
+                MsgType::DelRule,
+                vec![Attr::str(wire::rule::TABLE, &self.table), Attr::str(wire::rule::CHAIN, name)],
+            ),
+            flags: 0,
+            object: Object::FlushChain(name.to_string()),
+        }
+    }
+
+    pub fn new_set(&mut self, s: &Set) -> Result<Op, LowerError> {
+        let err = |reason: String| LowerError { object: format!("set {}", s.name), reason };
+        if s.key.is_empty() {
+            return Err(err("the key has no types".into()));
+        }
+        let mut flags = 0;
+        if s.flags.interval {
+            flags |= wire::set::F_INTERVAL;
+        }
+        if s.flags.timeout || s.timeout.is_some() {
+            flags |= wire::set::F_TIMEOUT;
+        }
+        if s.flags.dynamic {
+            flags |= wire::set::F_EVAL;
+        }
+        if s.flags.constant {
+            flags |= wire::set::F_CONSTANT;
+        }
+        // Field lengths matter only to the interval backend for concatenations
+        // (pipapo); nft sends them only there, and hash sets refuse the flag.
+        let concat_desc = s.key.len() > 1 && s.flags.interval;
+        if concat_desc {
+            flags |= wire::set::F_CONCAT;
+        }
+        if s.data.is_some() {
+            flags |= wire::set::F_MAP;
+        }
+        let mut attrs = vec![
+            Attr::str(wire::set::TABLE, &self.table),
+            Attr::str(wire::set::NAME, &s.name),
+            Attr::u32(wire::set::FLAGS, flags),
+            Attr::u32(wire::set::KEY_TYPE, key_type_id(&s.key)),
+            Attr::u32(wire::set::KEY_LEN, key_len(&s.key) as u32),
+            // The kernel requires an id on every new set (rules in the same
+            // batch may refer to a set by it).
+            Attr::u32(wire::set::ID, self.next_set_id),
+        ];
+        self.next_set_id += 1;
+        match s.data {
+            Some(DataType::Verdict) => attrs.push(Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT)),
+            Some(d) => {
+                attrs.push(Attr::u32(wire::set::DATA_TYPE, type_id(d)));
+                attrs.push(Attr::u32(wire::set::DATA_LEN, type_len(d) as u32));
+            }
+            None => {}
+        }
+        if let Some(t) = s.timeout {
+            attrs.push(Attr::u64(wire::set::TIMEOUT, u64::from(t) * 1000));
+        }
+        if concat_desc {
+            let fields = s
+                .key
+                .iter()
+                .map(|t| Attr::nested(wire::LIST_ELEM, vec![Attr::u32(wire::set::FIELD_LEN, type_len(*t) as u32)]))
+                .collect();
+            attrs.push(Attr::nested(wire::set::DESC, vec![Attr::nested(wire::set::DESC_CONCAT, fields)]));
+        }
+        if let Some(cm) = &s.comment {
+            attrs.push(Attr::bytes(wire::set::USERDATA, udata_comment(UDATA_SET_COMMENT, cm)));
+        }
+        Ok(Op { msg: self.msg(MsgType::NewSet, attrs), flags: NLM_F_CREATE, object: Object::Set(s.name.clone()) })
+    }
+
+    pub fn del_set(&self, name: &str) -> Op {
+        Op {
+            msg: self
+                .msg(MsgType::DelSet, vec![Attr::str(wire::set::TABLE, &self.table), Attr::str(wire::set::NAME, name)]),
+            flags: 0,
+            object: Object::Set(name.to_string()),
+        }
+    }
+
+    /// `NEWSETELEM`/`DELSETELEM` messages for elements of `set`, split so each
+    /// element list stays below the 64 KiB attribute length limit.
+    pub fn elements(&self, set: &Set, elems: &[Element], add: bool) -> Result<Vec<Op>, LowerError> {
+        let mut encoded = Vec::with_capacity(elems.len());
+        for e in elems {
+            encoded.extend(element_attrs(set, e, add)?);
+        }
+        Ok(self.element_ops(&set.name, None, encoded, add))
+    }
+
+    fn element_ops(&self, set: &str, set_id: Option<u32>, encoded: Vec<Attr>, add: bool) -> Vec<Op> {
+        use netlink_packet_core::Emitable;
+        let mut ops = Vec::new();
+        let mut chunk: Vec<Attr> = Vec::new();
+        let mut size = 0;
+        let flush = |chunk: Vec<Attr>, ops: &mut Vec<Op>| {
+            let count = chunk.len();
+            let mut attrs = vec![Attr::str(wire::elem::LIST_TABLE, &self.table), Attr::str(wire::elem::LIST_SET, set)];
+            if let Some(id) = set_id {
+                attrs.push(Attr::u32(wire::elem::LIST_SET_ID, id));
+            }
+            attrs.push(Attr::nested(wire::elem::LIST_ELEMENTS, chunk));
+            ops.push(Op {
+                msg: self.msg(if add { MsgType::NewSetElem } else { MsgType::DelSetElem }, attrs),
+                flags: if add { NLM_F_CREATE } else { 0 },
+                object: Object::Elements { set: set.to_string(), count },
+            });
+        };
+        for a in encoded {
+            let l = a.buffer_len();
+            if size + l > MAX_ELEMS_BYTES && !chunk.is_empty() {
+                flush(std::mem::take(&mut chunk), &mut ops);
+                size = 0;
+            }
+            size += l;
+            chunk.push(a);
+        }
+        if !chunk.is_empty() {
+            flush(chunk, &mut ops);
+        }
+        ops
+    }
+
+    /// The messages of one rule: anonymous maps it needs, then `NEWRULE`.
+    pub fn rule(&mut self, chain: &str, index: usize, r: &Rule) -> Result<Vec<Op>, LowerError> {
+        let mut rl =
+            RuleLowering { l: self, chain, index, exprs: Vec::new(), pre: Vec::new(), nfproto: None, l4proto: false };
+        for s in &r.stmts {
+            rl.stmt(s).map_err(|reason| LowerError { object: format!("rule #{index} of chain {chain}"), reason })?;
+        }
+        let RuleLowering { exprs, mut pre, .. } = rl;
+        let mut attrs = vec![
+            Attr::str(wire::rule::TABLE, &self.table),
+            Attr::str(wire::rule::CHAIN, chain),
+            Attr::nested(wire::rule::EXPRESSIONS, exprs.iter().map(Expr::to_attr).collect()),
+        ];
+        if let Some(c) = &r.comment {
+            attrs.push(Attr::bytes(wire::rule::USERDATA, udata_comment(UDATA_RULE_COMMENT, c)));
+        }
+        pre.push(Op {
+            msg: self.msg(MsgType::NewRule, attrs),
+            flags: NLM_F_CREATE | NLM_F_APPEND,
+            object: Object::Rule { chain: chain.to_string(), index },
+        });
+        Ok(pre)
+    }
+
+    /// The kernel expressions of a rule, as `rule` would send them (for comparing with a dump).
+    pub fn rule_exprs(&mut self, r: &Rule) -> Result<Vec<Expr>, LowerError> {
+        let mut rl = RuleLowering {
+            l: self,
+            chain: "",
+            index: 0,
+            exprs: Vec::new(),
+            pre: Vec::new(),
+            nfproto: None,
+            l4proto: false,
+        };
+        for s in &r.stmts {
+            rl.stmt(s).map_err(|reason| LowerError { object: "rule".into(), reason })?;
+        }
+        Ok(rl.exprs)
+    }
+}
+
+// libnftnl's userdata TLV types (`nftnl_udata_*_types`), read by `nft list`.
+const UDATA_RULE_COMMENT: u8 = 0;
+const UDATA_CHAIN_COMMENT: u8 = 0;
+const UDATA_SET_COMMENT: u8 = 7;
+
+/// A comment in libnftnl's userdata TLV format: type, length (with NUL), bytes, NUL.
+fn udata_comment(kind: u8, text: &str) -> Vec<u8> {
+    // nft limits comments to 128 bytes; a longer one would not fit the u8 length.
+    let mut t: String = text.chars().take(127).collect();
+    while t.len() > 127 {
+        t.pop();
+    }
+    let mut v = vec![kind, (t.len() + 1) as u8];
+    v.extend_from_slice(t.as_bytes());
+    v.push(0);
+    v
+}
+
+pub fn parse_udata_comment(b: &[u8], kind: u8) -> Option<String> {
+    let mut i = 0;
+    while i + 2 <= b.len() {
+        let (t, l) = (b[i], b[i + 1] as usize);
+        let v = b.get(i + 2..i + 2 + l)?;
+        if t == kind {
+            let end = v.iter().position(|&c| c == 0).unwrap_or(v.len());
+            return String::from_utf8(v[..end].to_vec()).ok();
+        }
+        i += 2 + l;
+    }
+    None
+}
+
+pub fn rule_comment(udata: &[u8]) -> Option<String> {
+    parse_udata_comment(udata, UDATA_RULE_COMMENT)
+}
+
+/// libnftnl's `NFTNL_UDATA_SET_KEYBYTEORDER`: how `nft list` should read an
+/// anonymous map's integer keys (the kernel does not care).
+fn udata_key_byteorder(key: &Field) -> Vec<u8> {
+    const UDATA_SET_KEYBYTEORDER: u8 = 0;
+    const BYTEORDER_HOST_ENDIAN: u32 = 1;
+    const BYTEORDER_BIG_ENDIAN: u32 = 2;
+    let order = match key {
+        Field::NumgenRandom(_)
+        | Field::MetaMark
+        | Field::CtMark
+        | Field::CtState
+        | Field::CtStatus
+        | Field::FibDaddrType
+        | Field::L4Proto
+        | Field::NfProto => BYTEORDER_HOST_ENDIAN,
+        _ => BYTEORDER_BIG_ENDIAN,
+    };
+    let mut v = vec![UDATA_SET_KEYBYTEORDER, 4];
+    v.extend(wire::host_u32(order));
+    v
+}
+
+fn hook_num(h: Hook) -> u32 {
+    match h {
+        Hook::Prerouting => 0,
+        Hook::Input => 1,
+        Hook::Forward => 2,
+        Hook::Output => 3,
+        Hook::Postrouting => 4,
+    }
+}
+
+// nft's datatype ids (`enum datatypes` in nftables' datatype.h); a concatenation
+// packs them 6 bits each, first type in the highest bits.
+const TYPE_INTEGER: u32 = 4;
+const TYPE_BITS: u32 = 6;
+
+fn type_id(t: DataType) -> u32 {
+    match t {
+        DataType::Verdict => 1,
+        DataType::Ipv4Addr => 7,
+        DataType::Ipv6Addr => 8,
+        DataType::InetProto => 12,
+        DataType::InetService => 13,
+        DataType::Mark => 19,
+    }
+}
+
+fn type_len(t: DataType) -> usize {
+    match t {
+        DataType::Ipv4Addr | DataType::Mark => 4,
+        DataType::Ipv6Addr | DataType::Verdict => 16,
+        DataType::InetProto => 1,
+        DataType::InetService => 2,
+    }
+}
+
+fn key_type_id(key: &[DataType]) -> u32 {
+    key.iter().fold(0, |acc, t| (acc << TYPE_BITS) | type_id(*t))
+}
+
+fn key_len(key: &[DataType]) -> usize {
+    if key.len() == 1 {
+        type_len(key[0])
+    } else {
+        key.iter().map(|t| reg_round(type_len(*t))).sum()
+    }
+}
+
+fn as_int(v: &Value) -> Option<u32> {
+    match v {
+        Value::Proto(p) => Some(u32::from(*p)),
+        Value::Port(p) => Some(u32::from(*p)),
+        Value::Mark(m) => Some(*m),
+        _ => None,
+    }
+}
+
+/// A value as the kernel keeps it for a set key or map data of type `t`.
+fn encode_typed(t: DataType, v: &Value) -> Result<Vec<u8>, String> {
+    match (t, v) {
+        (DataType::Ipv4Addr, Value::Addr(IpAddr::V4(a))) => Ok(a.octets().to_vec()),
+        (DataType::Ipv6Addr, Value::Addr(IpAddr::V6(a))) => Ok(a.octets().to_vec()),
+        (DataType::InetProto, Value::Proto(p)) => Ok(vec![*p]),
+        (DataType::InetService, Value::Port(p)) => Ok(net_u16(*p)),
+        (DataType::Mark, v) if as_int(v).is_some() => Ok(host_u32(as_int(v).unwrap_or(0))),
+        _ => Err(format!("value {v:?} does not fit type {t:?}")),
+    }
+}
+
+fn encode_key(types: &[DataType], values: &[Value]) -> Result<Vec<u8>, String> {
+    if types.len() != values.len() {
+        return Err(format!("key {values:?} has {} part(s), the set's key has {}", values.len(), types.len()));
+    }
+    if types.len() == 1 {
+        return encode_typed(types[0], &values[0]);
+    }
+    let mut out = Vec::new();
+    for (t, v) in types.iter().zip(values) {
+        let mut b = encode_typed(*t, v)?;
+        b.resize(reg_round(b.len()), 0);
+        out.extend(b);
+    }
+    Ok(out)
+}
+
+fn kverdict(v: &Verdict) -> KVerdict {
+    let (code, chain) = match v {
+        Verdict::Accept => (wire::verdict::ACCEPT, None),
+        Verdict::Drop => (wire::verdict::DROP, None),
+        Verdict::Return => (wire::verdict::RETURN, None),
+        Verdict::Continue => (wire::verdict::CONTINUE, None),
+        Verdict::Jump(c) => (wire::verdict::JUMP, Some(c.clone())),
+        Verdict::Goto(c) => (wire::verdict::GOTO, Some(c.clone())),
+    };
+    KVerdict { code, chain }
+}
+
+/// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set).
+fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
+    let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
+    let mut attrs = Vec::new();
+    let mut end: Option<Vec<u8>> = None;
+    let key = match (set.key.as_slice(), e.key.as_slice()) {
+        ([t], [Value::Prefix(net)]) => {
+            if !set.flags.interval {
+                return Err(err("a prefix needs an interval set".into()));
+            }
+            let (start, after) = prefix_bounds(*t, net).map_err(err)?;
+            end = after;
+            start
+        }
+        _ => encode_key(&set.key, &e.key).map_err(err)?,
+    };
+    attrs.push(expr::data_attr(wire::elem::KEY, &Data::Value(key)));
+    if add {
+        match (&set.data, &e.data) {
+            (Some(DataType::Verdict), Some(ElementData::Verdict(v))) => {
+                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(v))))
+            }
+            (Some(t), Some(ElementData::Value(v))) => {
+                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_typed(*t, v).map_err(err)?)))
+            }
+            (None, None) => {}
+            (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
+        }
+        if let Some(t) = e.timeout {
+            attrs.push(Attr::u64(wire::elem::TIMEOUT, u64::from(t) * 1000));
+        }
+    }
+    let mut out = vec![Attr::nested(wire::LIST_ELEM, attrs)];
+    if let Some(after) = end {
+        out.push(Attr::nested(
+            wire::LIST_ELEM,
+            vec![
+                Attr::u32(wire::elem::FLAGS, wire::elem::F_INTERVAL_END),
+                expr::data_attr(wire::elem::KEY, &Data::Value(after)),
+            ],
+        ));
+    }
+    Ok(out)
+}
+
+/// Start of a prefix, and the first address after it (None when it reaches the top).
+fn prefix_bounds(t: DataType, net: &IpNet) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    match (t, net) {
+        (DataType::Ipv4Addr, IpNet::V4(n)) => {
+            let after = u32::from(n.broadcast()).checked_add(1);
+            Ok((n.network().octets().to_vec(), after.map(|a| a.to_be_bytes().to_vec())))
+        }
+        (DataType::Ipv6Addr, IpNet::V6(n)) => {
+            let after = u128::from(n.broadcast()).checked_add(1);
+            Ok((n.network().octets().to_vec(), after.map(|a| a.to_be_bytes().to_vec())))
+        }
+        _ => Err(format!("prefix {net} does not fit type {t:?}")),
+    }
+}
+
+/// How a field is loaded into registers: its kernel expressions and width.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    Payload(PayloadBase, u32, u32),
+    Meta(MetaKey, u32),
+    Ct(CtKey),
+    FibDaddrType,
+    Numgen(u32),
+}
+
+fn load_of(f: &Field) -> Result<Load, String> {
+    Ok(match f {
+        Field::IpSaddr => Load::Payload(PayloadBase::Network, 12, 4),
+        Field::IpDaddr => Load::Payload(PayloadBase::Network, 16, 4),
+        Field::Ip6Saddr => Load::Payload(PayloadBase::Network, 8, 16),
+        Field::Ip6Daddr => Load::Payload(PayloadBase::Network, 24, 16),
+        Field::ThDport => Load::Payload(PayloadBase::Transport, 2, 2),
+        Field::L4Proto => Load::Meta(MetaKey::L4Proto, 1),
+        Field::NfProto => Load::Meta(MetaKey::NfProto, 1),
+        Field::MetaMark => Load::Meta(MetaKey::Mark, 4),
+        Field::IifName => Load::Meta(MetaKey::IifName, 16),
+        Field::CtMark => Load::Ct(CtKey::Mark),
+        Field::CtState => Load::Ct(CtKey::State),
+        Field::CtStatus => Load::Ct(CtKey::Status),
+        Field::FibDaddrType => Load::FibDaddrType,
+        Field::NumgenRandom(n) => {
+            if *n == 0 {
+                return Err("numgen modulus 0".into());
+            }
+            Load::Numgen(*n)
+        }
+        Field::Concat(_) => return Err("a concatenation cannot be nested".into()),
+    })
+}
+
+fn load_len(l: Load) -> u32 {
+    match l {
+        Load::Payload(_, _, len) | Load::Meta(_, len) => len,
+        Load::Ct(_) | Load::FibDaddrType | Load::Numgen(_) => 4,
+    }
+}
+
+/// The nft datatype id and length of a field, for anonymous sets keyed by it.
+fn field_type(f: &Field) -> Result<(u32, usize), String> {
+    Ok(match f {
+        Field::IpSaddr | Field::IpDaddr => (type_id(DataType::Ipv4Addr), 4),
+        Field::Ip6Saddr | Field::Ip6Daddr => (type_id(DataType::Ipv6Addr), 16),
+        Field::L4Proto => (type_id(DataType::InetProto), 1),
+        Field::ThDport => (type_id(DataType::InetService), 2),
+        Field::MetaMark | Field::CtMark => (type_id(DataType::Mark), 4),
+        Field::NumgenRandom(_) => (TYPE_INTEGER, 4),
+        Field::Concat(fs) => {
+            let mut id = 0;
+            let mut len = 0;
+            for f in fs {
+                let (i, l) = field_type(f)?;
+                id = (id << TYPE_BITS) | i;
+                len += reg_round(l);
+            }
+            (id, len)
+        }
+        other => return Err(format!("{other:?} cannot key an anonymous map")),
+    })
+}
+
+/// A constant for comparing with a field, in the field's register byte order.
+fn encode_for_field(f: &Field, v: &Value) -> Result<Vec<u8>, String> {
+    let bad = || format!("value {v:?} does not fit field {f:?}");
+    match f {
+        Field::IpSaddr | Field::IpDaddr => match v {
+            Value::Addr(IpAddr::V4(a)) => Ok(a.octets().to_vec()),
+            _ => Err(bad()),
+        },
+        Field::Ip6Saddr | Field::Ip6Daddr => match v {
+            Value::Addr(IpAddr::V6(a)) => Ok(a.octets().to_vec()),
+            _ => Err(bad()),
+        },
+        Field::ThDport => match v {
+            Value::Port(p) => Ok(net_u16(*p)),
+            _ => Err(bad()),
+        },
+        Field::L4Proto | Field::NfProto => match as_int(v) {
+            Some(p) if p <= 255 => Ok(vec![p as u8]),
+            _ => Err(bad()),
+        },
+        Field::MetaMark
+        | Field::CtMark
+        | Field::CtState
+        | Field::CtStatus
+        | Field::FibDaddrType
+        | Field::NumgenRandom(_) => as_int(v).map(host_u32).ok_or_else(bad),
+        Field::IifName => Err("compare iifname with an interface name".into()),
+        Field::Concat(_) => Err(bad()),
+    }
+}
+
+fn field_nfproto(f: &Field) -> Option<u8> {
+    match f {
+        Field::IpSaddr | Field::IpDaddr => Some(wire::NFPROTO_IPV4),
+        Field::Ip6Saddr | Field::Ip6Daddr => Some(wire::NFPROTO_IPV6),
+        Field::Concat(fs) => fs.iter().find_map(field_nfproto),
+        _ => None,
+    }
+}
+
+struct RuleLowering<'a, 'b> {
+    l: &'a mut Lowerer,
+    chain: &'b str,
+    index: usize,
+    exprs: Vec<Expr>,
+    pre: Vec<Op>,
+    /// The `meta nfproto` this rule already matched, so IPv4/IPv6 header
+    /// loads in an inet table get their dependency exactly once (as nft does).
+    nfproto: Option<u8>,
+    l4proto: bool,
+}
+
+impl RuleLowering<'_, '_> {
+    fn dependency(&mut self, f: &Field) {
+        if self.l.family != wire::NFPROTO_INET {
+            return;
+        }
+        if let Some(p) = field_nfproto(f) {
+            if self.nfproto != Some(p) {
+                self.exprs.push(Expr::MetaLoad { key: MetaKey::NfProto, dreg: REG32_00 });
+                self.exprs.push(Expr::Cmp { sreg: REG32_00, op: KCmp::Eq, data: vec![p] });
+                self.nfproto = Some(p);
+            }
+        }
+    }
+
+    fn load_one(&mut self, l: Load, reg: u32) {
+        self.exprs.push(match l {
+            Load::Payload(base, offset, len) => Expr::Payload { dreg: reg, base, offset, len },
+            Load::Meta(key, _) => Expr::MetaLoad { key, dreg: reg },
+            Load::Ct(key) => Expr::CtLoad { key, dreg: reg },
+            Load::FibDaddrType => {
+                Expr::Fib { dreg: reg, result: expr::NFT_FIB_RESULT_ADDRTYPE, flags: expr::NFTA_FIB_F_DADDR }
+            }
+            Load::Numgen(m) => Expr::Numgen { dreg: reg, modulus: m },
+        });
+    }
+
+    /// Loads a field (or concatenation) into registers from `REG32_00`; returns its length.
+    fn load(&mut self, f: &Field) -> Result<u32, String> {
+        self.dependency(f);
+        match f {
+            Field::Concat(fs) => {
+                let mut reg = REG32_00;
+                let mut total = 0;
+                for f in fs {
+                    let l = load_of(f)?;
+                    self.load_one(l, reg);
+                    let w = reg_round(load_len(l) as usize) as u32;
+                    reg += w / 4;
+                    total += w;
+                }
+                Ok(total)
+            }
+            f => {
+                let l = load_of(f)?;
+                self.load_one(l, REG32_00);
+                Ok(load_len(l))
+            }
+        }
+    }
+
+    fn cmp(&mut self, op: CmpOp, data: Vec<u8>) {
+        self.exprs.push(Expr::Cmp {
+            sreg: REG32_00,
+            op: match op {
+                CmpOp::Eq => KCmp::Eq,
+                CmpOp::Ne => KCmp::Neq,
+            },
+            data,
+        });
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), String> {
+        match s {
+            Stmt::Cmp { field, op, value } => {
+                let data = match value {
+                    CmpValue::Value(v) => encode_for_field(field, v)?,
+                    CmpValue::IfName(n) | CmpValue::IfNamePrefix(n) => {
+                        if *field != Field::IifName {
+                            return Err(format!("interface name {n:?} compared with {field:?}"));
+                        }
+                        if n.is_empty() || n.len() > 15 {
+                            return Err(format!("interface name {n:?}: 1 to 15 bytes"));
+                        }
+                        let mut b = n.as_bytes().to_vec();
+                        if matches!(value, CmpValue::IfName(_)) {
+                            b.resize(16, 0);
+                        }
+                        b
+                    }
+                };
+                self.load(field)?;
+                self.cmp(*op, data);
+                match (field, value) {
+                    (Field::NfProto, CmpValue::Value(v)) if *op == CmpOp::Eq => {
+                        self.nfproto = as_int(v).map(|p| p as u8)
+                    }
+                    (Field::L4Proto, _) if *op == CmpOp::Eq => self.l4proto = true,
+                    _ => {}
+                }
+            }
+            Stmt::InPrefix { field, net, negate } => {
+                let (addr, mask) = match (field, net) {
+                    (Field::IpSaddr | Field::IpDaddr, IpNet::V4(n)) => {
+                        (n.network().octets().to_vec(), n.netmask().octets().to_vec())
+                    }
+                    (Field::Ip6Saddr | Field::Ip6Daddr, IpNet::V6(n)) => {
+                        (n.network().octets().to_vec(), n.netmask().octets().to_vec())
+                    }
+                    _ => return Err(format!("prefix {net} does not fit field {field:?}")),
+                };
+                self.load(field)?;
+                if mask.iter().any(|&b| b != 0xff) {
+                    self.exprs.push(Expr::Bitwise { sreg: REG32_00, dreg: REG32_00, xor: vec![0; mask.len()], mask });
+                }
+                self.cmp(if *negate { CmpOp::Ne } else { CmpOp::Eq }, addr);
+            }
+            Stmt::Bits { field, mask, value, negate } => {
+                if self.load(field)? != 4 {
+                    return Err(format!("bit test on {field:?}, which is not 32 bits"));
+                }
+                if *mask != u32::MAX {
+                    self.exprs.push(Expr::Bitwise {
+                        sreg: REG32_00,
+                        dreg: REG32_00,
+                        mask: host_u32(*mask),
+                        xor: host_u32(0),
+                    });
+                }
+                // A single-bit test is spelled `!= 0` (how nft writes `ct state new`).
+                if *mask == *value && value.count_ones() == 1 {
+                    self.cmp(if *negate { CmpOp::Eq } else { CmpOp::Ne }, host_u32(0));
+                } else {
+                    self.cmp(if *negate { CmpOp::Ne } else { CmpOp::Eq }, host_u32(*value));
+                }
+            }
+            Stmt::InSet { field, set, negate } => {
+                self.load(field)?;
+                self.exprs.push(Expr::Lookup {
+                    set: set.clone(),
+                    set_id: None,
+                    sreg: REG32_00,
+                    dreg: None,
+                    invert: *negate,
+                });
+            }
+            Stmt::VmapNamed { key, map } => {
+                self.load(key)?;
+                self.exprs.push(Expr::Lookup {
+                    set: map.clone(),
+                    set_id: None,
+                    sreg: REG32_00,
+                    dreg: Some(REG_VERDICT),
+                    invert: false,
+                });
+            }
+            Stmt::VmapInline { key, entries } => self.vmap_inline(key, entries)?,
+            Stmt::SetUpdate { set, key } => {
+                self.load(key)?;
+                self.exprs.push(Expr::Dynset { set: set.clone(), set_id: None, sreg_key: REG32_00, timeout_ms: None });
+            }
+            Stmt::MarkOr { field, bits } | Stmt::MarkAndNot { field, bits } => {
+                let xor = if matches!(s, Stmt::MarkOr { .. }) { *bits } else { 0 };
+                self.load(field)?;
+                self.exprs.push(Expr::Bitwise {
+                    sreg: REG32_00,
+                    dreg: REG32_00,
+                    mask: host_u32(!*bits),
+                    xor: host_u32(xor),
+                });
+                self.exprs.push(match field {
+                    Field::MetaMark => Expr::MetaSet { key: MetaKey::Mark, sreg: REG32_00 },
+                    Field::CtMark => Expr::CtSet { key: CtKey::Mark, sreg: REG32_00 },
+                    other => return Err(format!("cannot set {other:?}")),
+                });
+            }
+            Stmt::Dnat { addr, port } => {
+                let (family, bytes) = match addr {
+                    IpAddr::V4(a) => (wire::NFPROTO_IPV4, a.octets().to_vec()),
+                    IpAddr::V6(a) => (wire::NFPROTO_IPV6, a.octets().to_vec()),
+                };
+                if self.l.family != wire::NFPROTO_INET && self.l.family != family {
+                    return Err(format!("dnat to {addr} in a table of another family"));
+                }
+                let port_reg = REG32_00 + bytes.len() as u32 / 4;
+                self.exprs.push(Expr::Immediate { dreg: REG32_00, data: Data::Value(bytes) });
+                if let Some(p) = port {
+                    self.exprs.push(Expr::Immediate { dreg: port_reg, data: Data::Value(net_u16(*p)) });
+                }
+                self.exprs.push(Expr::Dnat { family, addr_reg: Some(REG32_00), proto_reg: port.map(|_| port_reg) });
+            }
+            Stmt::Masquerade { fully_random } => self
+                .exprs
+                .push(Expr::Masq { flags: if *fully_random { expr::NF_NAT_RANGE_PROTO_RANDOM_FULLY } else { 0 } }),
+            Stmt::Reject(kind) => {
+                let e = match (kind, self.l.family) {
+                    (RejectKind::TcpReset, _) => {
+                        if !self.l4proto {
+                            self.load(&Field::L4Proto)?;
+                            self.cmp(CmpOp::Eq, vec![6]);
+                            self.l4proto = true;
+                        }
+                        Expr::Reject { kind: expr::NFT_REJECT_TCP_RST, code: 0 }
+                    }
+                    (RejectKind::Default, wire::NFPROTO_INET) => {
+                        Expr::Reject { kind: expr::NFT_REJECT_ICMPX_UNREACH, code: expr::NFT_REJECT_ICMPX_PORT_UNREACH }
+                    }
+                    (RejectKind::IcmpxAdminProhibited, wire::NFPROTO_INET) => Expr::Reject {
+                        kind: expr::NFT_REJECT_ICMPX_UNREACH,
+                        code: expr::NFT_REJECT_ICMPX_ADMIN_PROHIBITED,
+                    },
+                    // ICMP(v6) "port unreachable" / "admin prohibited" codes per family.
+                    (RejectKind::Default, wire::NFPROTO_IPV4) => Expr::Reject { kind: 0, code: 3 },
+                    (RejectKind::Default, _) => Expr::Reject { kind: 0, code: 4 },
+                    (RejectKind::IcmpxAdminProhibited, wire::NFPROTO_IPV4) => Expr::Reject { kind: 0, code: 13 },
+                    (RejectKind::IcmpxAdminProhibited, _) => Expr::Reject { kind: 0, code: 1 },
+                };
+                self.exprs.push(e);
+            }
+            Stmt::Counter => self.exprs.push(Expr::Counter),
+            Stmt::Verdict(v) => {
+                self.exprs.push(Expr::Immediate { dreg: REG_VERDICT, data: Data::Verdict(kverdict(v)) })
+            }
+        }
+        Ok(())
+    }
+
+    /// `key vmap { v : verdict, ... }`: an anonymous constant map created in the
+    /// same batch, referenced by its batch-local id.
+    fn vmap_inline(&mut self, key: &Field, entries: &[(Value, Verdict)]) -> Result<(), String> {
+        let (type_id, klen) = field_type(key)?;
+        let id = self.l.next_set_id;
+        self.l.next_set_id += 1;
+        let name = "__map%d";
+        let mut keys = Vec::with_capacity(entries.len());
+        for (v, verdict) in entries {
+            let k = match key {
+                Field::Concat(_) => return Err("inline maps with concatenated keys".into()),
+                f => encode_for_field(f, v)?,
+            };
+            keys.push(Attr::nested(
+                wire::LIST_ELEM,
+                vec![
+                    expr::data_attr(wire::elem::KEY, &Data::Value(k)),
+                    expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(verdict))),
+                ],
+            ));
+        }
+        let object = Object::AnonSet { chain: self.chain.to_string(), index: self.index };
+        let set = self.l.msg(
+            MsgType::NewSet,
+            vec![
+                Attr::str(wire::set::TABLE, &self.l.table),
+                Attr::str(wire::set::NAME, name),
+                Attr::u32(wire::set::FLAGS, wire::set::F_ANONYMOUS | wire::set::F_CONSTANT | wire::set::F_MAP),
+                Attr::u32(wire::set::KEY_TYPE, type_id),
+                Attr::u32(wire::set::KEY_LEN, klen as u32),
+                Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT),
+                Attr::u32(wire::set::ID, id),
+                Attr::nested(wire::set::DESC, vec![Attr::u32(wire::set::DESC_SIZE, entries.len() as u32)]),
+                Attr::bytes(wire::set::USERDATA, udata_key_byteorder(key)),
+            ],
+        );
+        self.pre.push(Op { msg: set, flags: NLM_F_CREATE, object: object.clone() });
+        if !keys.is_empty() {
+            for mut op in self.l.element_ops(name, Some(id), keys, true) {
+                op.object = object.clone();
+                self.pre.push(op);
+            }
+        }
+        self.load(key)?;
+        self.exprs.push(Expr::Lookup {
+            set: name.to_string(),
+            set_id: Some(id),
+            sreg: REG32_00,
+            dreg: Some(REG_VERDICT),
+            invert: false,
+        });
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn concat_key_is_padded_to_registers() {
+        let key = encode_key(
+            &[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService],
+            &[Value::Addr(IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10))), Value::Proto(6), Value::Port(80)],
+        )
+        .unwrap();
+        assert_eq!(key, vec![10, 96, 0, 10, 6, 0, 0, 0, 0, 80, 0, 0]);
+        assert_eq!(
+            key_type_id(&[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService]),
+            (7 << 12) | (12 << 6) | 13
+        );
+        assert_eq!(key_len(&[DataType::Ipv4Addr, DataType::InetProto, DataType::InetService]), 12);
+    }
+
+    #[test]
+    fn marks_are_host_order_ports_network_order() {
+        assert_eq!(encode_for_field(&Field::MetaMark, &Value::Mark(0x4000)).unwrap(), 0x4000u32.to_ne_bytes().to_vec());
+        assert_eq!(encode_for_field(&Field::ThDport, &Value::Port(443)).unwrap(), vec![1, 0xbb]);
+    }
+
+    #[test]
+    fn ip_match_in_inet_gets_nfproto_dependency_once() {
+        let mut l = Lowerer::new(Some(Family::Inet), "t");
+        let r = Rule {
+            stmts: vec![
+                Stmt::Cmp {
+                    field: Field::IpDaddr,
+                    op: CmpOp::Eq,
+                    value: CmpValue::Value(Value::Addr(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1)))),
+                },
+                Stmt::InPrefix { field: Field::IpSaddr, net: "198.18.0.0/15".parse().unwrap(), negate: true },
+            ],
+            comment: None,
+        };
+        let e = l.rule_exprs(&r).unwrap();
+        let deps = e.iter().filter(|x| matches!(x, Expr::MetaLoad { key: MetaKey::NfProto, .. })).count();
+        assert_eq!(deps, 1);
+        assert_eq!(e.last(), Some(&Expr::Cmp { sreg: REG32_00, op: KCmp::Neq, data: vec![198, 18, 0, 0] }));
+    }
+
+    #[test]
+    fn comment_userdata_format() {
+        assert_eq!(udata_comment(0, "hi"), vec![0, 3, b'h', b'i', 0]);
+        assert_eq!(rule_comment(&[0, 3, b'h', b'i', 0]).as_deref(), Some("hi"));
+    }
+
+    #[test]
+    fn prefix_interval_end_is_next_address() {
+        let (s, e) = prefix_bounds(DataType::Ipv4Addr, &"198.18.0.0/15".parse().unwrap()).unwrap();
+        assert_eq!(s, vec![198, 18, 0, 0]);
+        assert_eq!(e, Some(vec![198, 20, 0, 0]));
+        let (_, e) = prefix_bounds(DataType::Ipv4Addr, &"0.0.0.0/0".parse().unwrap()).unwrap();
+        assert_eq!(e, None);
+    }
+}

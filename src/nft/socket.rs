@@ -1,0 +1,409 @@
+//! The nfnetlink socket: atomic batches with an ack per message, dumps, and
+//! the generation id. Async on tokio through netlink-sys's `TokioSocket`.
+
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
+};
+use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, TokioSocket};
+
+use super::error::{explain, expr_module, KernelError, NftError};
+use super::expr::{Data, Expr};
+use super::lower::{Object, Op};
+use super::wire::{self, AttrList, MsgType, NfMsg};
+
+/// What one transaction cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxStats {
+    /// Netlink messages sent, batch begin and end included.
+    pub messages: usize,
+    /// Bytes handed to the kernel.
+    pub bytes: usize,
+    /// `sendmsg` calls (one per transaction).
+    pub sends: usize,
+}
+
+const ANSWER_DEADLINE: Duration = Duration::from_secs(120);
+/// Kernel memory charged per queued ack (skb overhead included), generously.
+const ACK_TRUESIZE: usize = 1024;
+const NETLINK_EXT_ACK: libc::c_int = 11;
+const NETLINK_CAP_ACK: libc::c_int = 10;
+const NLMSGERR_ATTR_MSG: u16 = 1;
+const NLMSGERR_ATTR_OFFS: u16 = 2;
+const NLM_F_ACK_TLVS: u16 = 0x200;
+const NLMSG_HDRLEN: usize = 16;
+
+pub struct NftSocket {
+    sock: TokioSocket,
+    portid: u32,
+    seq: u32,
+    sndbuf: usize,
+    rcvbuf: usize,
+}
+
+fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> NftError {
+    move |source| NftError::Io { op, source }
+}
+
+fn set_int_opt(fd: i32, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket owned by the caller for the duration of
+    // the call; we pass a pointer to a live c_int and its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Splits a datagram into netlink messages.
+pub(crate) fn split(buf: &[u8]) -> Result<Vec<NetlinkMessage<NfMsg>>, NftError> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off + NLMSG_HDRLEN <= buf.len() {
+        let nb = NetlinkBuffer::new_checked(&buf[off..]).map_err(|e| NftError::Decode(e.to_string()))?;
+        let len = nb.length() as usize;
+        if len < NLMSG_HDRLEN || off + len > buf.len() {
+            return Err(NftError::Decode(format!("netlink message length {len} at offset {off}")));
+        }
+        let m =
+            NetlinkMessage::<NfMsg>::deserialize(&buf[off..off + len]).map_err(|e| NftError::Decode(e.to_string()))?;
+        out.push(m);
+        off += len.div_ceil(4) * 4;
+    }
+    Ok(out)
+}
+
+impl NftSocket {
+    /// Opens a netfilter netlink socket in the caller's network namespace.
+    pub fn new() -> Result<Self, NftError> {
+        let mut sock = TokioSocket::new(NETLINK_NETFILTER).map_err(io_err("socket"))?;
+        let addr = sock.socket_mut().bind_auto().map_err(io_err("bind"))?;
+        let fd = sock.as_raw_fd();
+        // Errors carry only the header (we keep our own copy of each message)
+        // plus the kernel's attribute offset and text, when it has them.
+        set_int_opt(fd, libc::SOL_NETLINK, NETLINK_CAP_ACK, 1).map_err(io_err("setsockopt CAP_ACK"))?;
+        set_int_opt(fd, libc::SOL_NETLINK, NETLINK_EXT_ACK, 1).map_err(io_err("setsockopt EXT_ACK"))?;
+        Ok(NftSocket {
+            sock,
+            portid: addr.port_number(),
+            seq: std::process::id().wrapping_mul(1 << 12),
+            sndbuf: 0,
+            rcvbuf: 0,
+        })
+    }
+
+    /// The netlink port id the kernel gave us (nlmsg_pid of our events).
+    pub fn portid(&self) -> u32 {
+        self.portid
+    }
+
+    fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Grows a socket buffer so a whole batch (or all its acks) fits: the
+    /// kernel takes a batch from one `sendmsg` and queues every ack at commit.
+    fn ensure_buf(&mut self, send: bool, need: usize) -> Result<(), NftError> {
+        let cur = if send { self.sndbuf } else { self.rcvbuf };
+        if need <= cur {
+            return Ok(());
+        }
+        let want = need.max(256 * 1024).min(i32::MAX as usize / 2);
+        let opt = if send { libc::SO_SNDBUFFORCE } else { libc::SO_RCVBUFFORCE };
+        set_int_opt(self.sock.as_raw_fd(), libc::SOL_SOCKET, opt, want as libc::c_int)
+            .map_err(io_err("setsockopt SO_SNDBUFFORCE/SO_RCVBUFFORCE"))?;
+        if send {
+            self.sndbuf = want;
+        } else {
+            self.rcvbuf = want;
+        }
+        Ok(())
+    }
+
+    /// Sends `ops` as one atomic batch and waits for every ack. With `genid`,
+    /// the kernel refuses the batch if the ruleset generation moved.
+    pub async fn transact(&mut self, ops: &[Op], genid: Option<u32>) -> Result<TxStats, NftError> {
+        if ops.is_empty() {
+            return Ok(TxStats::default());
+        }
+        let mut buf = Vec::new();
+        let mut seqs = Vec::with_capacity(ops.len());
+        let begin_seq = self.next_seq();
+        emit(&mut buf, NfMsg::batch(true, genid), NLM_F_REQUEST, begin_seq);
+        let mut starts = Vec::with_capacity(ops.len());
+        for op in ops {
+            let s = self.next_seq();
+            seqs.push(s);
+            starts.push(buf.len());
+            emit(&mut buf, op.msg.clone(), NLM_F_REQUEST | NLM_F_ACK | op.flags, s);
+        }
+        let end_seq = self.next_seq();
+        emit(&mut buf, NfMsg::batch(false, None), NLM_F_REQUEST, end_seq);
+        self.ensure_buf(true, buf.len() + 64 * 1024)?;
+        self.ensure_buf(false, (ops.len() + 16) * ACK_TRUESIZE)?;
+        let sent = self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
+        if sent != buf.len() {
+            return Err(NftError::Io {
+                op: "sendmsg",
+                source: io::Error::other(format!("sent {sent} of {} bytes", buf.len())),
+            });
+        }
+        let stats = TxStats { messages: ops.len() + 2, bytes: buf.len(), sends: 1 };
+        let first = seqs[0];
+        let mut acked = 0usize;
+        let mut errors: Vec<KernelError> = Vec::new();
+        let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+        while acked < ops.len() {
+            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
+                .await
+                .map_err(|_| NftError::Timeout { waiting_for: ops.len() - acked })?
+                .map_err(io_err("recvmsg"))?;
+            for m in split(&data)? {
+                let NetlinkPayload::Error(e) = &m.payload else {
+                    continue;
+                };
+                let Some(orig_seq) = e.header.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes) else {
+                    continue;
+                };
+                let tlvs = ack_tlvs(&m.header, &e.header);
+                if orig_seq == begin_seq || orig_seq == end_seq {
+                    // The whole batch failed (commit error or generation mismatch).
+                    let errno = -e.raw_code();
+                    errors.push(KernelError {
+                        errno,
+                        object: "transaction".into(),
+                        reason: explain(errno),
+                        kernel_msg: tlvs.0,
+                    });
+                    return Err(NftError::Rejected(errors));
+                }
+                let idx = orig_seq.wrapping_sub(first) as usize;
+                if idx >= ops.len() || seqs[idx] != orig_seq {
+                    continue;
+                }
+                acked += 1;
+                if let Some(code) = e.code {
+                    let errno = -code.get();
+                    let start = starts[idx];
+                    errors.push(describe(&ops[idx], errno, tlvs, &buf[start..]));
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(stats)
+        } else {
+            Err(NftError::Rejected(errors))
+        }
+    }
+
+    /// A dump request; retried when the ruleset changed during the dump.
+    pub async fn dump(&mut self, msg: NfMsg) -> Result<Vec<NfMsg>, NftError> {
+        for _ in 0..5 {
+            match self.dump_once(msg.clone()).await? {
+                Some(v) => return Ok(v),
+                None => continue,
+            }
+        }
+        Err(NftError::Io { op: "dump", source: io::Error::other("interrupted by concurrent changes 5 times") })
+    }
+
+    async fn dump_once(&mut self, msg: NfMsg) -> Result<Option<Vec<NfMsg>>, NftError> {
+        let seq = self.next_seq();
+        let mut buf = Vec::new();
+        emit(&mut buf, msg, NLM_F_REQUEST | NLM_F_DUMP, seq);
+        self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
+        let mut out = Vec::new();
+        let mut interrupted = false;
+        let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+        loop {
+            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
+                .await
+                .map_err(|_| NftError::Timeout { waiting_for: 1 })?
+                .map_err(io_err("recvmsg"))?;
+            for m in split(&data)? {
+                if m.header.sequence_number != seq {
+                    continue;
+                }
+                if m.header.flags & NLM_F_DUMP_INTR != 0 {
+                    interrupted = true;
+                }
+                match m.payload {
+                    NetlinkPayload::Done(_) => return Ok(if interrupted { None } else { Some(out) }),
+                    NetlinkPayload::Error(e) => match e.code {
+                        None => return Ok(Some(out)),
+                        Some(c) => {
+                            let errno = -c.get();
+                            return Err(NftError::Rejected(vec![KernelError {
+                                errno,
+                                object: "dump".into(),
+                                reason: explain(errno),
+                                kernel_msg: None,
+                            }]));
+                        }
+                    },
+                    NetlinkPayload::InnerMessage(i) => out.push(i),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// A single get request (not a dump); returns the kernel's answer.
+    pub async fn get(&mut self, msg: NfMsg) -> Result<NfMsg, NftError> {
+        let seq = self.next_seq();
+        let mut buf = Vec::new();
+        emit(&mut buf, msg, NLM_F_REQUEST, seq);
+        self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
+        let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+        loop {
+            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
+                .await
+                .map_err(|_| NftError::Timeout { waiting_for: 1 })?
+                .map_err(io_err("recvmsg"))?;
+            for m in split(&data)? {
+                if m.header.sequence_number != seq {
+                    continue;
+                }
+                match m.payload {
+                    NetlinkPayload::InnerMessage(i) => return Ok(i),
+                    NetlinkPayload::Error(e) if e.code.is_some() => {
+                        let errno = -e.raw_code();
+                        return Err(NftError::Rejected(vec![KernelError {
+                            errno,
+                            object: "request".into(),
+                            reason: explain(errno),
+                            kernel_msg: None,
+                        }]));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The ruleset generation (`NFT_MSG_GETGEN`), which moves with every commit.
+    pub async fn generation(&mut self) -> Result<u32, NftError> {
+        let m = self.get(NfMsg::new(MsgType::GetGen, wire::NFPROTO_UNSPEC, vec![])).await?;
+        m.attrs
+            .u32_of(wire::gen::ID)
+            .map_err(|e| NftError::Decode(e.to_string()))?
+            .ok_or_else(|| NftError::Decode("NEWGEN without NFTA_GEN_ID".into()))
+    }
+}
+
+fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
+    let mut h = NetlinkHeader::default();
+    h.flags = flags;
+    h.sequence_number = seq;
+    let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(msg));
+    m.finalize();
+    let start = buf.len();
+    buf.resize(start + m.buffer_len(), 0);
+    m.serialize(&mut buf[start..]);
+}
+
+/// The extended-ack text and attribute offset of an error, if the kernel sent them.
+fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> (Option<String>, Option<u32>) {
+    if h.flags & NLM_F_ACK_TLVS == 0 || payload.len() < NLMSG_HDRLEN {
+        return (None, None);
+    }
+    let Ok(attrs) = wire::parse_attrs(&payload[NLMSG_HDRLEN..]) else {
+        return (None, None);
+    };
+    let msg = attrs.attr(NLMSGERR_ATTR_MSG).and_then(|a| a.as_str().ok());
+    // The offset is a host-endian u32 (netlink core, not nf_tables).
+    let offs = attrs.attr(NLMSGERR_ATTR_OFFS).and_then(|a| a.payload().try_into().ok()).map(u32::from_ne_bytes);
+    (msg, offs)
+}
+
+/// Explains a refused message: for rules, which expression the kernel pointed
+/// at, and whether that means a missing chain, set or kernel module.
+fn describe(op: &Op, errno: i32, (kmsg, offs): (Option<String>, Option<u32>), sent: &[u8]) -> KernelError {
+    let object = op.object.to_string();
+    let mut reason = explain(errno);
+    if let Object::Rule { .. } = op.object {
+        let culprit = offs.and_then(|o| expr_at(sent, o as usize));
+        let exprs: Vec<Expr> = op
+            .msg
+            .attrs
+            .attr(wire::rule::EXPRESSIONS)
+            .and_then(|a| a.children().ok())
+            .map(|l| l.iter().filter_map(|e| Expr::parse(e).ok()).collect())
+            .unwrap_or_default();
+        let suspects: Vec<&Expr> = match culprit {
+            Some(i) => exprs.get(i).into_iter().collect(),
+            None => exprs.iter().collect(),
+        };
+        if errno == libc::ENOENT || errno == libc::EOPNOTSUPP {
+            let mut parts = Vec::new();
+            for e in &suspects {
+                match e {
+                    Expr::Immediate { data: Data::Verdict(v), .. } if v.chain.is_some() => {
+                        parts.push(format!("target chain {:?} does not exist", v.chain.as_deref().unwrap_or_default()))
+                    }
+                    Expr::Lookup { set, set_id: None, .. } | Expr::Dynset { set, set_id: None, .. } => {
+                        parts.push(format!("set {set:?} does not exist"))
+                    }
+                    e if culprit.is_some() => {
+                        parts.push(format!("kernel lacks {m} (modprobe {m})", m = expr_module(e.name())))
+                    }
+                    _ => {}
+                }
+            }
+            if culprit.is_none() && !exprs.is_empty() {
+                let mut mods: Vec<String> = exprs.iter().map(|e| expr_module(e.name())).collect();
+                mods.dedup();
+                parts.push(format!("or the kernel lacks one of {}", mods.join(", ")));
+            }
+            if !parts.is_empty() {
+                reason = parts.join("; ");
+            }
+        }
+    }
+    if errno == libc::ENOENT {
+        if let Object::Chain(_) | Object::Set(_) | Object::FlushChain(_) | Object::Elements { .. } = op.object {
+            reason = "it (or its table) does not exist".into();
+        }
+    }
+    KernelError { errno, object, reason, kernel_msg: kmsg }
+}
+
+/// The index of the expression containing byte `offs` of a NEWRULE message.
+fn expr_at(msg: &[u8], offs: usize) -> Option<usize> {
+    let body = msg.get(NLMSG_HDRLEN + 4..)?;
+    let mut pos = NLMSG_HDRLEN + 4;
+    for a in netlink_packet_core::NlasIterator::new(body) {
+        let a = a.ok()?;
+        let len = a.length() as usize;
+        if a.kind() & netlink_packet_core::NLA_TYPE_MASK == wire::rule::EXPRESSIONS {
+            if offs < pos || offs >= pos + len {
+                return None;
+            }
+            let mut epos = pos + 4;
+            for (i, e) in netlink_packet_core::NlasIterator::new(a.value()).enumerate() {
+                let e = e.ok()?;
+                let elen = e.length() as usize;
+                if offs >= epos && offs < epos + elen {
+                    return Some(i);
+                }
+                epos += elen.div_ceil(4) * 4;
+            }
+            return None;
+        }
+        pos += len.div_ceil(4) * 4;
+    }
+    None
+}

@@ -1,0 +1,262 @@
+//! The sync engine: makes the kernel's table match a desired [`Ruleset`] in one
+//! atomic transaction, either replacing the whole table or touching only what
+//! changed between two descriptions. Planning is pure; applying is one batch.
+
+use std::collections::{HashMap, HashSet};
+
+use super::error::NftError;
+use super::ir::*;
+use super::lower::{LowerError, Lowerer, Op};
+use super::socket::{NftSocket, TxStats};
+
+/// What a sync did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    pub stats: TxStats,
+    /// A full replacement (asked for, or a partial sync that could not be partial).
+    pub full: bool,
+}
+
+/// A partial sync's plan.
+#[derive(Debug)]
+pub enum Plan {
+    /// Messages touching only what changed (may be empty: nothing to do).
+    Partial(Vec<Op>),
+    /// Something changed that cannot be changed in place (a base chain's hook,
+    /// a set's type or flags, the table itself): replace the table.
+    Full(&'static str),
+}
+
+fn merged_elements(r: &Ruleset) -> HashMap<&str, Vec<&Element>> {
+    let mut m: HashMap<&str, Vec<&Element>> = HashMap::new();
+    for (set, elems) in &r.elements {
+        m.entry(set.as_str()).or_default().extend(elems.iter());
+    }
+    m
+}
+
+fn check_refs(r: &Ruleset) -> Result<(), LowerError> {
+    let sets: HashSet<&str> = r.sets.iter().map(|s| s.name.as_str()).collect();
+    for (set, _) in &r.elements {
+        if !sets.contains(set.as_str()) {
+            return Err(LowerError {
+                object: format!("elements of set {set}"),
+                reason: "the ruleset declares no such set".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One transaction that replaces the table: add (so the delete cannot fail),
+/// delete, then add it with everything. Chains come before the sets' elements
+/// and the rules that jump to them; sets before the rules that look them up.
+pub fn full_sync_ops(desired: &Ruleset) -> Result<Vec<Op>, LowerError> {
+    check_refs(desired)?;
+    let mut l = Lowerer::new(desired.family, &desired.table);
+    let mut ops = vec![l.new_table(), l.del_table(), l.new_table()];
+    for (c, _) in &desired.chains {
+        ops.push(l.new_chain(c));
+    }
+    for s in &desired.sets {
+        ops.push(l.new_set(s)?);
+    }
+    let elems = merged_elements(desired);
+    for s in &desired.sets {
+        if let Some(e) = elems.get(s.name.as_str()) {
+            let owned: Vec<Element> = e.iter().map(|x| (*x).clone()).collect();
+            ops.extend(l.elements(s, &owned, true)?);
+        }
+    }
+    for (c, rules) in &desired.chains {
+        for (i, r) in rules.iter().enumerate() {
+            ops.extend(l.rule(&c.name, i, r)?);
+        }
+    }
+    Ok(ops)
+}
+
+/// The messages that turn `previous` (what the kernel has, as we last
+/// programmed it) into `desired`. Sets and chains are matched by name, which
+/// the data plane derives from content, so a changed service is a new name.
+pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, LowerError> {
+    check_refs(desired)?;
+    if previous.family != desired.family || previous.table != desired.table {
+        return Ok(Plan::Full("the table changed"));
+    }
+    let mut l = Lowerer::new(desired.family, &desired.table);
+    let prev_sets: HashMap<&str, &Set> = previous.sets.iter().map(|s| (s.name.as_str(), s)).collect();
+    let prev_chains: HashMap<&str, &(Chain, Vec<Rule>)> =
+        previous.chains.iter().map(|c| (c.0.name.as_str(), c)).collect();
+    let want_sets: HashSet<&str> = desired.sets.iter().map(|s| s.name.as_str()).collect();
+    let want_chains: HashSet<&str> = desired.chains.iter().map(|c| c.0.name.as_str()).collect();
+
+    for s in &desired.sets {
+        if let Some(p) = prev_sets.get(s.name.as_str()) {
+            if *p != s {
+                return Ok(Plan::Full("a set's definition changed"));
+            }
+        }
+    }
+    for (c, _) in &desired.chains {
+        if let Some(p) = prev_chains.get(c.name.as_str()) {
+            if p.0 != *c {
+                return Ok(Plan::Full("a chain's definition changed"));
+            }
+        }
+    }
+
+    let mut ops = Vec::new();
+    // 1. New chains first: map elements and rules below may jump to them.
+    for (c, _) in &desired.chains {
+        if !prev_chains.contains_key(c.name.as_str()) {
+            ops.push(l.new_chain(c));
+        }
+    }
+    // 2. New sets, before rules that look them up.
+    for s in &desired.sets {
+        if !prev_sets.contains_key(s.name.as_str()) {
+            ops.push(l.new_set(s)?);
+        }
+    }
+    // 3. Elements: removals (which may release chains deleted below), then additions.
+    let prev_elems = merged_elements(previous);
+    let want_elems = merged_elements(desired);
+    let mut adds = Vec::new();
+    for s in &desired.sets {
+        let want = want_elems.get(s.name.as_str()).cloned().unwrap_or_default();
+        if !prev_sets.contains_key(s.name.as_str()) {
+            let owned: Vec<Element> = want.iter().map(|x| (*x).clone()).collect();
+            if !owned.is_empty() {
+                adds.extend(l.elements(s, &owned, true)?);
+            }
+            continue;
+        }
+        let had = prev_elems.get(s.name.as_str()).cloned().unwrap_or_default();
+        let had_by_key: HashMap<&Vec<Value>, &Element> = had.iter().map(|e| (&e.key, *e)).collect();
+        let want_by_key: HashMap<&Vec<Value>, &Element> = want.iter().map(|e| (&e.key, *e)).collect();
+        let removed: Vec<Element> =
+            had.iter().filter(|e| want_by_key.get(&e.key).is_none_or(|w| *w != **e)).map(|e| (*e).clone()).collect();
+        let added: Vec<Element> =
+            want.iter().filter(|e| had_by_key.get(&e.key).is_none_or(|h| *h != **e)).map(|e| (*e).clone()).collect();
+        if !removed.is_empty() {
+            ops.extend(l.elements(s, &removed, false)?);
+        }
+        if !added.is_empty() {
+            adds.extend(l.elements(s, &added, true)?);
+        }
+    }
+    ops.extend(adds);
+    // 4. Rules of new chains, and changed chains flushed and rewritten.
+    for (c, rules) in &desired.chains {
+        match prev_chains.get(c.name.as_str()) {
+            Some((_, old)) if old == rules => continue,
+            Some(_) => ops.push(l.flush_chain(&c.name)),
+            None => {}
+        }
+        for (i, r) in rules.iter().enumerate() {
+            ops.extend(l.rule(&c.name, i, r)?);
+        }
+    }
+    // 5. Chains gone: later chains jump to earlier ones, so delete in reverse.
+    for (c, _) in previous.chains.iter().rev() {
+        if !want_chains.contains(c.name.as_str()) {
+            ops.push(l.del_chain(&c.name));
+        }
+    }
+    // 6. Sets gone, now that no rule looks them up.
+    for s in &previous.sets {
+        if !want_sets.contains(s.name.as_str()) {
+            ops.push(l.del_set(&s.name));
+        }
+    }
+    Ok(Plan::Partial(ops))
+}
+
+/// Replaces our table with `desired` atomically.
+pub async fn full_sync(sock: &mut NftSocket, desired: &Ruleset) -> Result<SyncReport, NftError> {
+    let ops = full_sync_ops(desired)?;
+    let stats = sock.transact(&ops, None).await?;
+    Ok(SyncReport { stats, full: true })
+}
+
+/// Applies only the difference between `previous` and `desired` (falling back
+/// to a full replacement when the difference cannot be applied in place).
+pub async fn partial_sync(sock: &mut NftSocket, previous: &Ruleset, desired: &Ruleset) -> Result<SyncReport, NftError> {
+    match partial_sync_ops(previous, desired)? {
+        Plan::Partial(ops) => Ok(SyncReport { stats: sock.transact(&ops, None).await?, full: false }),
+        Plan::Full(_) => full_sync(sock, desired).await,
+    }
+}
+
+/// Deletes one table (`nodeportd --cleanup`). Returns whether it existed; an
+/// absent table is success.
+pub async fn delete_table(sock: &mut NftSocket, family: Family, name: &str) -> Result<bool, NftError> {
+    let l = Lowerer::new(Some(family), name);
+    match sock.transact(&[l.del_table()], None).await {
+        Ok(_) => Ok(true),
+        Err(e) if e.errnos() == [libc::ENOENT] => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use crate::nft::synthetic::{change_endpoint, ruleset as synthetic};
+
+    fn count(p: Plan) -> usize {
+        match p {
+            Plan::Partial(ops) => ops.len(),
+            Plan::Full(why) => panic!("unexpected full sync: {why}"),
+        }
+    }
+
+    #[test]
+    fn one_endpoint_change_does_not_grow_with_services() {
+        let mut sizes = Vec::new();
+        for n in [10, 100, 1000] {
+            let prev = synthetic(n, 3);
+            let mut next = synthetic(n, 3);
+            change_endpoint(&mut next, 0);
+            sizes.push(count(partial_sync_ops(&prev, &next).unwrap()));
+        }
+        assert!(sizes.iter().all(|s| *s == sizes[0]), "{sizes:?}");
+        assert!(sizes[0] > 0 && sizes[0] < 20, "{sizes:?}");
+    }
+
+    #[test]
+    fn no_change_is_no_message() {
+        let r = synthetic(5, 2);
+        assert_eq!(count(partial_sync_ops(&r, &r).unwrap()), 0);
+    }
+
+    #[test]
+    fn deleted_chain_goes_after_the_element_that_jumped_to_it() {
+        let prev = synthetic(3, 2);
+        let mut next = prev.clone();
+        let gone = next.chains.iter().position(|(c, _)| c.name.starts_with("svc-1-")).unwrap();
+        let name = next.chains[gone].0.name.clone();
+        next.chains.retain(|(c, _)| !c.name.starts_with("svc-1-") && !c.name.starts_with("ep-1-"));
+        for (_, elems) in next.elements.iter_mut() {
+            elems.retain(|e| e.data != Some(ElementData::Verdict(Verdict::Goto(name.clone()))));
+        }
+        let Plan::Partial(ops) = partial_sync_ops(&prev, &next).unwrap() else { panic!("expected partial") };
+        let del_elem = ops.iter().position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelSetElem)).unwrap();
+        let del_chain = ops.iter().position(|o| o.msg.kind() == Some(super::super::wire::MsgType::DelChain)).unwrap();
+        assert!(del_elem < del_chain);
+    }
+
+    #[test]
+    fn elements_of_an_undeclared_set_are_refused() {
+        let mut r = synthetic(1, 1);
+        r.elements.push((
+            "nope".into(),
+            vec![Element { key: vec![Value::Addr(IpAddr::V4(Ipv4Addr::LOCALHOST))], data: None, timeout: None }],
+        ));
+        let e = full_sync_ops(&r).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+}

@@ -1,0 +1,455 @@
+//! nf_tables over netlink against the real kernel, each test in its own
+//! network namespace: what we program is read back with `nft list`.
+
+mod nft_common;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use nft_common::Netns;
+use nodeportd::nft::ir::*;
+use nodeportd::nft::{self, list, synthetic, NftSocket, TableEvent};
+
+const T: &str = "nodeportd";
+
+fn v4(a: u8, b: u8, c: u8, d: u8) -> Value {
+    Value::Addr(IpAddr::V4(Ipv4Addr::new(a, b, c, d)))
+}
+
+fn chain(name: &str) -> Chain {
+    Chain { name: name.into(), base: None, comment: None }
+}
+
+fn rule(stmts: Vec<Stmt>) -> Rule {
+    Rule { stmts, comment: None }
+}
+
+fn cmp(field: Field, value: Value) -> Stmt {
+    Stmt::Cmp { field, op: CmpOp::Eq, value: CmpValue::Value(value) }
+}
+
+fn set(name: &str, key: Vec<DataType>, data: Option<DataType>) -> Set {
+    Set { name: name.into(), key, data, flags: SetFlags::default(), timeout: None, comment: None }
+}
+
+fn elem(key: Vec<Value>, data: Option<ElementData>) -> Element {
+    Element { key, data, timeout: None }
+}
+
+fn goto(c: &str) -> Option<ElementData> {
+    Some(ElementData::Verdict(Verdict::Goto(c.into())))
+}
+
+/// One ruleset using every statement and set kind the IR has.
+fn every_statement() -> Ruleset {
+    let mut allowed = set("allowed-v4", vec![DataType::Ipv4Addr], None);
+    allowed.flags.interval = true;
+    let mut affinity = set("affinity", vec![DataType::Ipv4Addr], None);
+    affinity.flags.dynamic = true;
+    affinity.flags.timeout = true;
+    affinity.timeout = Some(10800);
+    let mut nodeport_ips = set("nodeport-ips-v4", vec![DataType::Ipv4Addr], None);
+    nodeport_ips.comment = Some("local addresses for NodePorts".into());
+    let v6 = Value::Addr(IpAddr::V6("2001:db8::10".parse::<Ipv6Addr>().unwrap()));
+    let filter = Chain {
+        name: "filter-input".into(),
+        base: Some(BaseChain { kind: ChainType::Filter, hook: Hook::Input, priority: 0, policy: None }),
+        comment: Some("rejects traffic to services without endpoints".into()),
+    };
+    let prerouting = Chain {
+        name: "nat-prerouting".into(),
+        base: Some(BaseChain { kind: ChainType::Nat, hook: Hook::Prerouting, priority: -100, policy: None }),
+        comment: None,
+    };
+    Ruleset {
+        family: Some(Family::Inet),
+        table: T.into(),
+        sets: vec![
+            nodeport_ips,
+            allowed,
+            affinity,
+            set("service-nodeports", vec![DataType::InetProto, DataType::InetService], Some(DataType::Verdict)),
+            set(
+                "service-ips-v6",
+                vec![DataType::Ipv6Addr, DataType::InetProto, DataType::InetService],
+                Some(DataType::Verdict),
+            ),
+            set("port-addr", vec![DataType::InetService], Some(DataType::Ipv4Addr)),
+        ],
+        elements: vec![
+            ("nodeport-ips-v4".into(), vec![elem(vec![v4(198, 18, 0, 1)], None), elem(vec![v4(198, 18, 0, 2)], None)]),
+            (
+                "allowed-v4".into(),
+                vec![
+                    elem(vec![Value::Prefix("198.18.0.0/16".parse().unwrap())], None),
+                    elem(vec![Value::Prefix("198.19.1.0/24".parse().unwrap())], None),
+                ],
+            ),
+            ("service-nodeports".into(), vec![elem(vec![Value::Proto(6), Value::Port(30080)], goto("svc-a"))]),
+            ("service-ips-v6".into(), vec![elem(vec![v6, Value::Proto(17), Value::Port(53)], goto("ep-6"))]),
+            ("port-addr".into(), vec![elem(vec![Value::Port(80)], Some(ElementData::Value(v4(198, 19, 0, 9))))]),
+        ],
+        chains: vec![
+            (
+                chain("ep-a"),
+                vec![
+                    rule(vec![Stmt::MarkOr { field: Field::CtMark, bits: 0x8000 }]),
+                    rule(vec![
+                        cmp(Field::L4Proto, Value::Proto(6)),
+                        Stmt::Dnat { addr: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 1)), port: Some(8080) },
+                    ]),
+                ],
+            ),
+            (
+                chain("ep-6"),
+                vec![
+                    rule(vec![
+                        cmp(Field::L4Proto, Value::Proto(17)),
+                        Stmt::Dnat { addr: "2001:db8::2".parse().unwrap(), port: Some(5353) },
+                    ]),
+                    rule(vec![Stmt::Dnat { addr: IpAddr::V4(Ipv4Addr::new(198, 19, 0, 5)), port: None }]),
+                ],
+            ),
+            (
+                chain("svc-a"),
+                vec![
+                    rule(vec![Stmt::SetUpdate { set: "affinity".into(), key: Field::IpSaddr }]),
+                    rule(vec![
+                        Stmt::InSet { field: Field::IpSaddr, set: "affinity".into(), negate: false },
+                        Stmt::Verdict(Verdict::Goto("ep-a".into())),
+                    ]),
+                    rule(vec![Stmt::VmapInline {
+                        key: Field::NumgenRandom(2),
+                        entries: vec![
+                            (Value::Mark(0), Verdict::Goto("ep-a".into())),
+                            (Value::Mark(1), Verdict::Goto("ep-6".into())),
+                        ],
+                    }]),
+                ],
+            ),
+            (
+                chain("services"),
+                vec![
+                    rule(vec![Stmt::VmapNamed {
+                        key: Field::Concat(vec![Field::Ip6Daddr, Field::L4Proto, Field::ThDport]),
+                        map: "service-ips-v6".into(),
+                    }]),
+                    rule(vec![
+                        Stmt::Bits { field: Field::FibDaddrType, mask: u32::MAX, value: 2, negate: false },
+                        Stmt::InSet { field: Field::IpDaddr, set: "nodeport-ips-v4".into(), negate: false },
+                        Stmt::VmapNamed {
+                            key: Field::Concat(vec![Field::L4Proto, Field::ThDport]),
+                            map: "service-nodeports".into(),
+                        },
+                    ]),
+                ],
+            ),
+            (
+                chain("masquerading"),
+                vec![
+                    rule(vec![
+                        Stmt::Bits { field: Field::MetaMark, mask: 0x4000, value: 0, negate: false },
+                        Stmt::Verdict(Verdict::Return),
+                    ]),
+                    rule(vec![Stmt::MarkAndNot { field: Field::MetaMark, bits: 0x4000 }]),
+                    rule(vec![Stmt::Masquerade { fully_random: true }]),
+                    rule(vec![Stmt::Masquerade { fully_random: false }]),
+                ],
+            ),
+            (
+                filter,
+                vec![
+                    Rule {
+                        stmts: vec![
+                            Stmt::Bits { field: Field::CtState, mask: 8, value: 8, negate: false },
+                            Stmt::Counter,
+                        ],
+                        comment: Some("new connections".into()),
+                    },
+                    rule(vec![
+                        Stmt::Bits { field: Field::CtStatus, mask: 0x20, value: 0x20, negate: false },
+                        Stmt::Verdict(Verdict::Accept),
+                    ]),
+                    rule(vec![
+                        Stmt::Cmp { field: Field::IifName, op: CmpOp::Eq, value: CmpValue::IfName("lo".into()) },
+                        Stmt::Verdict(Verdict::Continue),
+                    ]),
+                    rule(vec![
+                        Stmt::Cmp { field: Field::IifName, op: CmpOp::Ne, value: CmpValue::IfNamePrefix("wg".into()) },
+                        cmp(Field::MetaMark, Value::Mark(1)),
+                        cmp(Field::CtMark, Value::Mark(0x8000)),
+                        Stmt::Verdict(Verdict::Drop),
+                    ]),
+                    rule(vec![
+                        Stmt::InPrefix { field: Field::IpSaddr, net: "198.18.0.0/15".parse().unwrap(), negate: false },
+                        Stmt::InSet { field: Field::IpSaddr, set: "allowed-v4".into(), negate: true },
+                        Stmt::Reject(RejectKind::IcmpxAdminProhibited),
+                    ]),
+                    rule(vec![
+                        cmp(Field::NfProto, Value::Proto(10)),
+                        cmp(Field::Ip6Saddr, Value::Addr("2001:db8::1".parse().unwrap())),
+                        Stmt::Reject(RejectKind::TcpReset),
+                    ]),
+                    rule(vec![cmp(Field::ThDport, Value::Port(30080)), Stmt::Reject(RejectKind::Default)]),
+                ],
+            ),
+            (prerouting, vec![rule(vec![Stmt::Verdict(Verdict::Jump("services".into()))])]),
+        ],
+    }
+}
+
+#[test]
+fn every_statement_reads_back_with_nft_list() {
+    let Some(ns) = Netns::new() else { return };
+    let drift = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let rs = every_statement();
+        nft::full_sync(&mut s, &rs).await.unwrap();
+        list::verify(&mut s, &rs).await.unwrap()
+    });
+    assert!(drift.is_empty(), "listing differs from what we sent: {drift:?}");
+    let got = ns.nft(&["list", "table", "inet", T]);
+    assert_eq!(got, EVERY_STATEMENT_NFT, "nft list output:\n{got}");
+}
+
+/// What `nft list table inet nodeportd` (nftables 1.0.6) prints for
+/// [`every_statement`]: each statement as nft spells it.
+const EVERY_STATEMENT_NFT: &str = r#"table inet nodeportd {
+	set nodeport-ips-v4 {
+		type ipv4_addr
+		comment "local addresses for NodePorts"
+		elements = { 198.18.0.1, 198.18.0.2 }
+	}
+
+	set allowed-v4 {
+		type ipv4_addr
+		flags interval
+		elements = { 198.18.0.0/16, 198.19.1.0/24 }
+	}
+
+	set affinity {
+		type ipv4_addr
+		size 65535
+		flags dynamic,timeout
+		timeout 3h
+	}
+
+	map service-nodeports {
+		type inet_proto . inet_service : verdict
+		elements = { tcp . 30080 : goto svc-a }
+	}
+
+	map service-ips-v6 {
+		type ipv6_addr . inet_proto . inet_service : verdict
+		elements = { 2001:db8::10 . udp . 53 : goto ep-6 }
+	}
+
+	map port-addr {
+		type inet_service : ipv4_addr
+		elements = { 80 : 198.19.0.9 }
+	}
+
+	chain ep-a {
+		ct mark set ct mark | 0x00008000
+		meta l4proto tcp dnat ip to 198.19.0.1:8080
+	}
+
+	chain ep-6 {
+		meta l4proto udp dnat ip6 to [2001:db8::2]:5353
+		dnat ip to 198.19.0.5
+	}
+
+	chain svc-a {
+		update @affinity { ip saddr }
+		ip saddr @affinity goto ep-a
+		numgen random mod 2 vmap { 0 : goto ep-a, 1 : goto ep-6 }
+	}
+
+	chain services {
+		ip6 daddr . meta l4proto . th dport vmap @service-ips-v6
+		fib daddr type local ip daddr @nodeport-ips-v4 meta l4proto . th dport vmap @service-nodeports
+	}
+
+	chain masquerading {
+		meta mark & 0x00004000 == 0x00000000 return
+		meta mark set meta mark & 0xffffbfff
+		masquerade fully-random
+		masquerade
+	}
+
+	chain filter-input {
+		comment "rejects traffic to services without endpoints"
+		type filter hook input priority filter; policy accept;
+		ct state new counter packets 0 bytes 0 comment "new connections"
+		ct status dnat accept
+		iifname "lo" continue
+		iifname != "wg*" meta mark 0x00000001 ct mark 0x00008000 drop
+		ip saddr 198.18.0.0/15 ip saddr != @allowed-v4 reject with icmpx admin-prohibited
+		ip6 saddr 2001:db8::1 meta l4proto tcp reject with tcp reset
+		th dport 30080 reject
+	}
+
+	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+}
+"#;
+
+fn list_all(ns: &Netns) -> String {
+    ns.nft(&["list", "ruleset"])
+}
+
+/// `nft list` output with chain/set blocks sorted: a partial sync appends new
+/// chains at the end of the table while a fresh sync creates them in order.
+fn canonical(text: &str) -> Vec<String> {
+    let mut blocks: Vec<String> = text
+        .split("\n\n")
+        .map(|b| b.trim_start_matches("table inet nodeportd {\n").trim_end_matches("\n}\n").to_string())
+        .collect();
+    blocks.sort();
+    blocks
+}
+
+#[test]
+fn a_bad_rule_changes_nothing_and_the_error_names_it() {
+    let Some(ns) = Netns::new() else { return };
+    ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        nft::full_sync(&mut s, &synthetic::ruleset(3, 2)).await.unwrap();
+    });
+    let before = list_all(&ns);
+    let (chain_err, set_err) = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let mut bad = synthetic::ruleset(5, 2);
+        bad.chains[0].1.push(rule(vec![Stmt::Verdict(Verdict::Jump("no-such-chain".into()))]));
+        let chain_err = nft::full_sync(&mut s, &bad).await.unwrap_err();
+        let mut bad = synthetic::ruleset(5, 2);
+        bad.chains[1].1.push(rule(vec![Stmt::VmapNamed { key: Field::IpDaddr, map: "no-such-map".into() }]));
+        let set_err = nft::full_sync(&mut s, &bad).await.unwrap_err();
+        (chain_err.to_string(), set_err.to_string())
+    });
+    assert!(
+        chain_err.contains("rule #1 of chain mark-for-masquerade")
+            && chain_err.contains("\"no-such-chain\" does not exist"),
+        "{chain_err}"
+    );
+    assert!(
+        set_err.contains("rule #3 of chain masquerading") && set_err.contains("\"no-such-map\" does not exist"),
+        "{set_err}"
+    );
+    assert_eq!(list_all(&ns), before, "a refused batch changed the kernel");
+}
+
+#[test]
+fn partial_sync_equals_a_fresh_full_sync() {
+    let (Some(a), Some(b)) = (Netns::new(), Netns::new()) else {
+        return;
+    };
+    let step0 = synthetic::ruleset(20, 3);
+    let mut step1 = synthetic::ruleset(23, 3);
+    synthetic::change_endpoint(&mut step1, 3);
+    synthetic::change_endpoint(&mut step1, 21);
+    let mut step2 = synthetic::ruleset(12, 3);
+    synthetic::change_endpoint(&mut step2, 3);
+    synthetic::change_endpoint(&mut step2, 4);
+    let steps = [step0, step1, step2];
+    for i in 1..steps.len() {
+        let (prev, next) = (steps[i - 1].clone(), steps[i].clone());
+        let (report, drift) = a.run(move || async move {
+            let mut s = NftSocket::new().unwrap();
+            if i == 1 {
+                nft::full_sync(&mut s, &prev).await.unwrap();
+            }
+            let r = nft::partial_sync(&mut s, &prev, &next).await.unwrap();
+            (r, list::verify(&mut s, &next).await.unwrap())
+        });
+        assert!(!report.full, "step {i} fell back to a full sync");
+        assert!(drift.is_empty(), "step {i}: {drift:?}");
+        let next = steps[i].clone();
+        b.run(move || async move {
+            let mut s = NftSocket::new().unwrap();
+            nft::full_sync(&mut s, &next).await.unwrap();
+        });
+        assert_eq!(canonical(&list_all(&a)), canonical(&list_all(&b)), "step {i}");
+    }
+}
+
+#[test]
+fn foreign_tables_are_untouched() {
+    let Some(ns) = Netns::new() else { return };
+    ns.nft_stdin(
+        "table inet foreign {\n chain c {\n type filter hook input priority 0;\n ip saddr 198.18.0.9 drop\n }\n}\n\
+         table ip nodeportd {\n chain x {\n ip daddr 198.18.0.10 accept\n }\n}\n",
+    );
+    let foreign = ns.nft(&["list", "table", "inet", "foreign"]);
+    let same_name = ns.nft(&["list", "table", "ip", T]);
+    let existed = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let a = synthetic::ruleset(4, 2);
+        let mut b = synthetic::ruleset(5, 2);
+        synthetic::change_endpoint(&mut b, 1);
+        nft::full_sync(&mut s, &a).await.unwrap();
+        nft::partial_sync(&mut s, &a, &b).await.unwrap();
+        nft::full_sync(&mut s, &b).await.unwrap();
+        let first = nft::delete_table(&mut s, Family::Inet, T).await.unwrap();
+        let second = nft::delete_table(&mut s, Family::Inet, T).await.unwrap();
+        (first, second)
+    });
+    assert_eq!(existed, (true, false), "delete_table: present, then absent");
+    assert_eq!(ns.nft(&["list", "table", "inet", "foreign"]), foreign);
+    assert_eq!(ns.nft(&["list", "table", "ip", T]), same_name);
+    let (ok, _, _) = ns.nft_status(&["list", "table", "inet", T]);
+    assert!(!ok, "our table should be gone");
+}
+
+#[test]
+fn events_report_other_processes_changes_only() {
+    let Some(ns) = Netns::new() else { return };
+    let name = ns.name.clone();
+    ns.run(move || async move {
+        use std::time::Duration;
+        use tokio::time::timeout;
+        let nft_cli = |args: &[&str]| {
+            let st =
+                std::process::Command::new("ip").args(["netns", "exec", &name, "nft"]).args(args).status().unwrap();
+            assert!(st.success(), "nft {args:?}");
+        };
+        let mut ev = nft::EventStream::new(nodeportd::nft::wire::NFPROTO_INET, T).unwrap();
+        let mut s = NftSocket::new().unwrap();
+        let rs = synthetic::ruleset(3, 2);
+        nft::full_sync(&mut s, &rs).await.unwrap();
+        let quiet = timeout(Duration::from_millis(300), ev.next_event()).await;
+        assert!(quiet.is_err(), "our own sync was reported: {quiet:?}");
+
+        nft_cli(&["delete", "table", "inet", T]);
+        let e = timeout(Duration::from_secs(5), ev.next_event()).await.unwrap().unwrap();
+        assert!(matches!(e, TableEvent::Changed { deleted: true, .. }), "{e:?}");
+
+        nft::full_sync(&mut s, &rs).await.unwrap();
+        nft_cli(&["add", "table", "inet", "someone-else"]);
+        nft_cli(&["add", "rule", "inet", T, "services", "counter"]);
+        let e = timeout(Duration::from_secs(5), ev.next_event()).await.unwrap().unwrap();
+        assert!(matches!(e, TableEvent::Changed { deleted: false, .. }), "{e:?}");
+
+        nft_cli(&["flush", "ruleset"]);
+        let e = timeout(Duration::from_secs(5), ev.next_event()).await.unwrap().unwrap();
+        assert!(matches!(e, TableEvent::Changed { deleted: true, .. }), "{e:?}");
+    });
+}
+
+#[test]
+fn a_stale_generation_refuses_the_batch() {
+    let Some(ns) = Netns::new() else { return };
+    let (g0, g1, errnos) = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let g0 = s.generation().await.unwrap();
+        let rs = synthetic::ruleset(2, 2);
+        nft::full_sync(&mut s, &rs).await.unwrap();
+        let g1 = s.generation().await.unwrap();
+        let ops = nft::sync::full_sync_ops(&rs).unwrap();
+        let err = s.transact(&ops, Some(g0)).await.unwrap_err();
+        (g0, g1, err.errnos())
+    });
+    assert!(g1 > g0, "generation did not move: {g0} -> {g1}");
+    assert_eq!(errnos, vec![libc::ERESTART]);
+}
