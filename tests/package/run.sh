@@ -487,13 +487,25 @@ fw4_load() {
 }
 fw4_load ""
 
-# The packaged config, with ClusterIPs from the test range: traffic stays in 198.18.0.0/15.
-sed "s|list service_cluster_ip_ranges '10.96.0.0/16'|list service_cluster_ip_ranges '198.19.96.0/24'|" \
+# The packaged config, with ClusterIPs from the test range (traffic stays in 198.18.0.0/15)
+# and a status LED.
+sed -e "s|list service_cluster_ip_ranges '10.96.0.0/16'|list service_cluster_ip_ranges '198.19.96.0/24'|" \
+	-e "s|^config nodeportd 'main'|&\n\toption status_led 'npd:test'|" \
 	"$troot/etc/config/nodeportd" >"$work/nodeportd.uci"
-check "the traffic test's config differs from the packaged one only in the ClusterIP range" \
-	test "$(diff "$troot/etc/config/nodeportd" "$work/nodeportd.uci" | grep -c '^[<>]')" -eq 2
+check "the traffic test's config differs from the packaged one only in the ClusterIP range and the LED" \
+	test "$(diff "$troot/etc/config/nodeportd" "$work/nodeportd.uci" | grep -c '^[<>]')" -eq 3
+# A LED class device as sysfs shows it, mounted where the daemon looks (/sys/class/leds)
+# in a mount namespace of the daemon's own.
+led="$work/leds/npd:test"
+mkdir -p "$led"
+echo 255 >"$led/max_brightness"
+echo 0 >"$led/brightness"
+echo "none [heartbeat] timer netdev" >"$led/trigger"
 sock2="$work/run2/nodeportd.sock"
-ip netns exec "$r" "$troot/usr/sbin/nodeportd" --config "$work/nodeportd.uci" \
+# shellcheck disable=SC2016 # expanded by the inner shell
+ip netns exec "$r" unshare -m sh -c 'mount -t tmpfs none /sys/class && mkdir /sys/class/leds &&
+	mount --bind "$1" /sys/class/leds && shift && exec "$@"' sh "$work/leds" \
+	"$troot/usr/sbin/nodeportd" --config "$work/nodeportd.uci" \
 	--socket "$sock2" --state-dir "$work/state2" --log stderr >"$work/daemon2.out" 2>"$work/daemon2.err" &
 daemon_pid=$!
 for _ in $(seq 1 100); do
@@ -563,9 +575,17 @@ fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.n
 check "after nft flush ruleset the daemon restores its table and the NodePort answers" bash -c \
 	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
 
+# The status LED: the daemon took it over from the kernel's trigger, it is on while the
+# data plane is in sync, and off once the daemon stops.
+check "status LED: trigger set to none" test "$(cat "$led/trigger")" = none
+check "status LED: steadily on while the data plane is in sync" bash -c "
+	$(declare -f rpcd_r); r='$r' bb='$bb' troot='$troot' sock2='$sock2' plugin='$plugin'
+	echo '{}' | rpcd_r call status | jq -e '.dataplane.inSync == true' >/dev/null || exit 1
+	for i in 1 2 3 4 5 6 7 8 9 10; do [ \"\$(cat '$led/brightness')\" = 255 ] || exit 1; sleep 0.25; done"
 kill "$daemon_pid" 2>/dev/null
 wait "$daemon_pid" 2>/dev/null
 daemon_pid=""
+check "status LED: off when the daemon stops" test "$(cat "$led/brightness")" = 0
 check "nodeportd --cleanup (the package's prerm) removes the daemon's table" bash -c "
 	ip netns exec '$r' '$troot/usr/sbin/nodeportd' --cleanup --config '$work/nodeportd.uci' &&
 	! ip netns exec '$r' nft list table inet nodeportd >/dev/null 2>&1"
