@@ -317,6 +317,26 @@ else
 	not_ok "init script: start_service, service_triggers and reload_service run" "$calls"
 fi
 
+# A broken config: start_service refuses, says why in the log, and starts no instance.
+printf "config nodeportd 'main'\n\toption ct_mark_bit 'fifteen'\n" >"$work/broken.uci"
+cat >"$work/init-broken.sh" <<EOF
+procd_open_instance() { echo "open_instance \$*"; }
+procd_set_param() { :; }
+procd_close_instance() { :; }
+config_load() { :; }
+config_get() { eval "\$1=$work/run/nodeportd.sock"; }
+logger() { echo "logger \$*"; }
+. "$troot/etc/init.d/nodeportd"
+PROG="$troot/usr/sbin/nodeportd"
+CONF="$work/broken.uci"
+start_service
+echo "status \$?"
+EOF
+broken=$(sh "$work/init-broken.sh" 2>/dev/null)
+check "init script: a broken config is refused with the reason in the log" bash -c "
+	grep -q '^logger -t nodeportd -p daemon.err not started: .*line 2.*ct_mark_bit' <<<'$broken' &&
+	grep -qx 'status 1' <<<'$broken' && ! grep -q open_instance <<<'$broken'"
+
 # --- uci-defaults and prerm-pkg --------------------------------------------------------------
 # Stand-ins for fw4 and nft record what the uci-defaults script asks of them.
 mkdir -p "$work/stub"
