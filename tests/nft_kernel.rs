@@ -453,3 +453,46 @@ fn a_stale_generation_refuses_the_batch() {
     assert!(g1 > g0, "generation did not move: {g0} -> {g1}");
     assert_eq!(errnos, vec![libc::ERESTART]);
 }
+
+#[test]
+fn large_batches_use_errors_only_and_still_name_the_failure() {
+    let Some(ns) = Netns::new() else { return };
+    let (stats, err, drift) = ns.run(|| async {
+        let mut s = NftSocket::new().unwrap();
+        let good = synthetic::ruleset(800, 3);
+        let r = nft::full_sync(&mut s, &good).await.unwrap();
+        let mut bad = synthetic::ruleset(900, 3);
+        let last = bad.chains.len() - 1;
+        bad.chains[last].1.push(rule(vec![Stmt::Verdict(Verdict::Goto("missing-chain".into()))]));
+        let err = nft::full_sync(&mut s, &bad).await.unwrap_err().to_string();
+        (r.stats, err, list::verify(&mut s, &good).await.unwrap())
+    });
+    assert!(stats.messages > nft::socket::ACK_EACH_LIMIT && !stats.acked_each, "{stats:?}");
+    assert!(err.contains("\"missing-chain\" does not exist"), "{err}");
+    assert!(drift.is_empty(), "the failed batch changed the kernel: {drift:?}");
+}
+
+#[test]
+fn syncer_is_partial_after_a_success_and_full_after_invalidate() {
+    let Some(ns) = Netns::new() else { return };
+    let name = ns.name.clone();
+    ns.run(move || async move {
+        let mut sy = nft::Syncer::new().unwrap();
+        let a = synthetic::ruleset(5, 2);
+        let mut b = a.clone();
+        synthetic::change_endpoint(&mut b, 2);
+        assert!(sy.apply(a.clone()).await.unwrap().full, "first apply is full");
+        let r = sy.apply(b.clone()).await.unwrap();
+        assert!(!r.full && r.stats.messages < 20, "{r:?}");
+        // Someone deletes our table; after invalidate the next apply repairs it.
+        let st = std::process::Command::new("ip")
+            .args(["netns", "exec", &name, "nft", "delete", "table", "inet", T])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        sy.invalidate();
+        assert!(sy.apply(b.clone()).await.unwrap().full);
+        assert!(sy.verify().await.unwrap().is_empty());
+        assert!(sy.delete_table(Family::Inet, T).await.unwrap());
+    });
+}

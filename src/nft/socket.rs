@@ -24,7 +24,15 @@ pub struct TxStats {
     pub bytes: usize,
     /// `sendmsg` calls (one per transaction).
     pub sends: usize,
+    /// Whether every message was acked one by one (see [`ACK_EACH_LIMIT`]).
+    pub acked_each: bool,
 }
+
+/// Batches up to this many messages ask the kernel to ack each one. Larger
+/// ones (the full sync of thousands of services) get errors only, followed by
+/// a `GETGEN` barrier: the kernel queues all acks at commit and each costs
+/// about 1 KiB of kernel memory, too much for 100 000 messages on a router.
+pub const ACK_EACH_LIMIT: usize = 4096;
 
 const ANSWER_DEADLINE: Duration = Duration::from_secs(120);
 /// Kernel memory charged per queued ack (skb overhead included), generously.
@@ -144,16 +152,18 @@ impl NftSocket {
         let begin_seq = self.next_seq();
         emit(&mut buf, NfMsg::batch(true, genid), NLM_F_REQUEST, begin_seq);
         let mut starts = Vec::with_capacity(ops.len());
+        let ack_each = ops.len() <= ACK_EACH_LIMIT;
         for op in ops {
             let s = self.next_seq();
             seqs.push(s);
             starts.push(buf.len());
-            emit(&mut buf, op.msg.clone(), NLM_F_REQUEST | NLM_F_ACK | op.flags, s);
+            let ack = if ack_each { NLM_F_ACK } else { 0 };
+            emit(&mut buf, op.msg.clone(), NLM_F_REQUEST | ack | op.flags, s);
         }
         let end_seq = self.next_seq();
         emit(&mut buf, NfMsg::batch(false, None), NLM_F_REQUEST, end_seq);
         self.ensure_buf(true, buf.len() + 64 * 1024)?;
-        self.ensure_buf(false, (ops.len() + 16) * ACK_TRUESIZE)?;
+        self.ensure_buf(false, (ops.len().min(ACK_EACH_LIMIT) + 16) * ACK_TRUESIZE)?;
         let sent = self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
         if sent != buf.len() {
             return Err(NftError::Io {
@@ -161,17 +171,30 @@ impl NftSocket {
                 source: io::Error::other(format!("sent {sent} of {} bytes", buf.len())),
             });
         }
-        let stats = TxStats { messages: ops.len() + 2, bytes: buf.len(), sends: 1 };
+        // The kernel handles a batch inside sendmsg, so every error is queued
+        // before the barrier's answer.
+        let barrier_seq = self.next_seq();
+        if !ack_each {
+            let mut b = Vec::new();
+            emit(&mut b, NfMsg::new(MsgType::GetGen, wire::NFPROTO_UNSPEC, vec![]), NLM_F_REQUEST, barrier_seq);
+            self.sock.send(&b).await.map_err(io_err("sendmsg"))?;
+        }
+        let stats = TxStats { messages: ops.len() + 2, bytes: buf.len(), sends: 1, acked_each: ack_each };
         let first = seqs[0];
         let mut acked = 0usize;
         let mut errors: Vec<KernelError> = Vec::new();
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-        while acked < ops.len() {
+        let mut barrier = ack_each;
+        while !(barrier && (!ack_each || acked == ops.len())) {
             let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
                 .await
                 .map_err(|_| NftError::Timeout { waiting_for: ops.len() - acked })?
                 .map_err(io_err("recvmsg"))?;
             for m in split(&data)? {
+                if !ack_each && m.header.sequence_number == barrier_seq {
+                    barrier = true;
+                    continue;
+                }
                 let NetlinkPayload::Error(e) = &m.payload else {
                     continue;
                 };
@@ -406,4 +429,34 @@ fn expr_at(msg: &[u8], offs: usize) -> Option<usize> {
         pos += len.div_ceil(4) * 4;
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::ir::{Family, Field, Rule, Stmt, Value, Verdict};
+    use crate::nft::lower::Lowerer;
+
+    #[test]
+    fn enoent_on_an_expression_names_the_kernel_module() {
+        let mut l = Lowerer::new(Some(Family::Inet), "t");
+        let r = Rule {
+            stmts: vec![Stmt::VmapInline {
+                key: Field::NumgenRandom(2),
+                entries: vec![(Value::Mark(0), Verdict::Accept), (Value::Mark(1), Verdict::Drop)],
+            }],
+            comment: None,
+        };
+        let ops = l.rule("c", 0, &r).unwrap();
+        let op = ops.last().unwrap();
+        let mut buf = Vec::new();
+        emit(&mut buf, op.msg.clone(), NLM_F_REQUEST, 1);
+        // Point at the numgen expression, as the kernel's extended ack does.
+        let offs = buf.windows(7).position(|w| w == b"numgen\0").unwrap();
+        let e = describe(op, libc::ENOENT, (None, Some(offs as u32)), &buf);
+        assert_eq!(e.reason, "kernel lacks nft_numgen (modprobe nft_numgen)");
+        assert!(e.to_string().starts_with("rule #0 of chain c: kernel lacks nft_numgen"));
+        let e = describe(op, libc::EPERM, (None, None), &buf);
+        assert!(e.to_string().contains("needs CAP_NET_ADMIN"), "{e}");
+    }
 }

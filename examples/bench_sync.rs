@@ -1,0 +1,296 @@
+//! nftables sync benchmark (not a test): full and one-endpoint partial syncs
+//! over netlink for 100, 1 000 and 10 000 services × 3 endpoints, side by side
+//! with the same ruleset loaded by `nft -f` from text (kube-proxy's method).
+//!
+//! Run as root; it moves itself into a fresh network namespace first:
+//!     cargo run --release --example bench_sync [-- 100 1000 10000]
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nodeportd::nft::ir::*;
+use nodeportd::nft::{self, synthetic, NftSocket};
+
+fn main() {
+    // SAFETY: called before any thread exists; moves this process into a new,
+    // empty network namespace so the benchmark touches nothing else.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        eprintln!("unshare(CLONE_NEWNET): {} (run as root)", std::io::Error::last_os_error());
+        std::process::exit(1);
+    }
+    let sizes: Vec<usize> = {
+        let v: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+        if v.is_empty() {
+            vec![100, 1000, 10000]
+        } else {
+            v
+        }
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    println!(
+        "| services | full sync (netlink) | full sync, table present | partial sync (1 endpoint) | partial msgs | partial bytes | full msgs | nft -f full | nft -f partial |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for n in sizes {
+        rt.block_on(run(n));
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// CPU time (user + system) of this process or of its waited-for children.
+/// Reported next to wall time because the machine may be shared.
+fn cpu(children: bool) -> Duration {
+    // SAFETY: getrusage writes one rusage struct we own; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let who = if children { libc::RUSAGE_CHILDREN } else { libc::RUSAGE_SELF };
+    // SAFETY: `ru` is a live, writable rusage.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Wall and CPU time of `f`.
+struct Timed {
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl std::fmt::Display for Timed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} cpu)", ms(self.wall), ms(self.cpu))
+    }
+}
+
+fn start(children: bool) -> (Instant, Duration) {
+    (Instant::now(), cpu(children))
+}
+
+fn stop((t, c): (Instant, Duration), children: bool) -> Timed {
+    Timed { wall: t.elapsed(), cpu: cpu(children) - c }
+}
+
+async fn run(n: usize) {
+    let mut s = NftSocket::new().expect("netlink socket");
+    let prev = synthetic::ruleset(n, 3);
+    let mut next = prev.clone();
+    synthetic::change_endpoint(&mut next, n / 2);
+
+    let _ = nft::delete_table(&mut s, Family::Inet, synthetic::TABLE).await;
+    let t = start(false);
+    let full = nft::full_sync(&mut s, &prev).await.expect("full sync");
+    let full_t = stop(t, false);
+    let t = start(false);
+    nft::full_sync(&mut s, &prev).await.expect("full sync again");
+    let full_again_t = stop(t, false);
+    // Median of a few partial syncs back and forth (the last one leaves `next`).
+    let mut parts = Vec::new();
+    let mut stats = None;
+    for i in 0..5 {
+        let (a, b) = if i % 2 == 0 { (&prev, &next) } else { (&next, &prev) };
+        let t = start(false);
+        let r = nft::partial_sync(&mut s, a, b).await.expect("partial sync");
+        let t = stop(t, false);
+        parts.push((t.wall, t.cpu));
+        assert!(!r.full);
+        stats = Some(r.stats);
+    }
+    parts.sort();
+    let part = stats.unwrap_or_default();
+    let drift = nft::list::verify(&mut s, &next).await.expect("verify");
+    assert!(drift.is_empty(), "kernel differs after partial sync: {drift:?}");
+
+    let _ = nft::delete_table(&mut s, Family::Inet, synthetic::TABLE).await;
+    let text = full_text(&prev);
+    let nft_full = nft_f(&text);
+    let nft_part = nft_f(&partial_text(&prev, &next));
+    println!(
+        "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        full_t,
+        full_again_t,
+        Timed { wall: parts[parts.len() / 2].0, cpu: parts[parts.len() / 2].1 },
+        part.messages,
+        part.bytes,
+        full.stats.messages,
+        nft_full,
+        nft_part,
+    );
+}
+
+fn nft_f(text: &str) -> Timed {
+    let t = start(true);
+    let mut c = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("run nft (install the nftables package)");
+    c.stdin.take().expect("stdin").write_all(text.as_bytes()).expect("write to nft");
+    let st = c.wait().expect("wait for nft");
+    assert!(st.success(), "nft -f failed");
+    stop(t, true)
+}
+
+// ---- the same rulesets as nft text (only the statements the synthetic ruleset uses) ----
+
+fn verdict(v: &Verdict) -> String {
+    match v {
+        Verdict::Accept => "accept".into(),
+        Verdict::Drop => "drop".into(),
+        Verdict::Return => "return".into(),
+        Verdict::Continue => "continue".into(),
+        Verdict::Jump(c) => format!("jump {c}"),
+        Verdict::Goto(c) => format!("goto {c}"),
+    }
+}
+
+fn value(v: &Value) -> String {
+    match v {
+        Value::Addr(a) => a.to_string(),
+        Value::Prefix(p) => p.to_string(),
+        Value::Proto(6) => "tcp".into(),
+        Value::Proto(17) => "udp".into(),
+        Value::Proto(p) => p.to_string(),
+        Value::Port(p) => p.to_string(),
+        Value::Mark(m) => m.to_string(),
+    }
+}
+
+fn field(f: &Field) -> String {
+    match f {
+        Field::IpSaddr => "ip saddr".into(),
+        Field::IpDaddr => "ip daddr".into(),
+        Field::L4Proto => "meta l4proto".into(),
+        Field::ThDport => "th dport".into(),
+        Field::MetaMark => "meta mark".into(),
+        Field::NumgenRandom(n) => format!("numgen random mod {n}"),
+        Field::Concat(fs) => fs.iter().map(field).collect::<Vec<_>>().join(" . "),
+        other => panic!("benchmark text: {other:?} not used"),
+    }
+}
+
+fn rule(r: &Rule) -> String {
+    r.stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Cmp { field: f, value: CmpValue::Value(v), .. } => format!("{} {}", field(f), value(v)),
+            Stmt::Verdict(v) => verdict(v),
+            Stmt::Dnat { addr, port } => match port {
+                Some(p) => format!("dnat ip to {addr}:{p}"),
+                None => format!("dnat ip to {addr}"),
+            },
+            Stmt::VmapInline { key, entries } => format!(
+                "{} vmap {{ {} }}",
+                field(key),
+                entries.iter().map(|(v, d)| format!("{} : {}", value(v), verdict(d))).collect::<Vec<_>>().join(", ")
+            ),
+            Stmt::VmapNamed { key, map } => format!("{} vmap @{map}", field(key)),
+            Stmt::MarkOr { field: f, bits } => format!("{0} set {0} | {bits:#x}", field(f)),
+            Stmt::MarkAndNot { field: f, bits } => {
+                format!("{0} set {0} & {1:#x}", field(f), !bits)
+            }
+            Stmt::Bits { field: f, mask, value, .. } => format!("{} & {mask:#x} == {value:#x}", field(f)),
+            Stmt::Masquerade { fully_random: true } => "masquerade fully-random".into(),
+            Stmt::Masquerade { .. } => "masquerade".into(),
+            other => panic!("benchmark text: {other:?} not used"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn hook(h: Hook) -> &'static str {
+    match h {
+        Hook::Prerouting => "prerouting",
+        Hook::Input => "input",
+        Hook::Forward => "forward",
+        Hook::Output => "output",
+        Hook::Postrouting => "postrouting",
+    }
+}
+
+fn key_type(t: &DataType) -> &'static str {
+    match t {
+        DataType::Ipv4Addr => "ipv4_addr",
+        DataType::Ipv6Addr => "ipv6_addr",
+        DataType::InetProto => "inet_proto",
+        DataType::InetService => "inet_service",
+        DataType::Mark => "mark",
+        DataType::Verdict => "verdict",
+    }
+}
+
+/// kube-proxy's full resync: create, delete and recreate the table in one file.
+fn full_text(r: &Ruleset) -> String {
+    let t = &r.table;
+    let mut o = format!("add table inet {t}\ndelete table inet {t}\nadd table inet {t}\n");
+    for (c, _) in &r.chains {
+        match &c.base {
+            Some(b) => writeln!(
+                o,
+                "add chain inet {t} {} {{ type nat hook {} priority {}; }}",
+                c.name,
+                hook(b.hook),
+                b.priority
+            ),
+            None => writeln!(o, "add chain inet {t} {}", c.name),
+        }
+        .expect("write to String");
+    }
+    for s in &r.sets {
+        let key: Vec<&str> = s.key.iter().map(key_type).collect();
+        let data = s.data.map(|d| format!(" : {}", key_type(&d))).unwrap_or_default();
+        writeln!(o, "add map inet {t} {} {{ type {}{data}; }}", s.name, key.join(" . ")).expect("write to String");
+    }
+    for (set, elems) in &r.elements {
+        for e in elems {
+            writeln!(o, "add element inet {t} {set} {{ {} }}", element(e)).expect("write to String");
+        }
+    }
+    for (c, rules) in &r.chains {
+        for ru in rules {
+            writeln!(o, "add rule inet {t} {} {}", c.name, rule(ru)).expect("write to String");
+        }
+    }
+    o
+}
+
+fn element(e: &Element) -> String {
+    let k = e.key.iter().map(value).collect::<Vec<_>>().join(" . ");
+    match &e.data {
+        Some(ElementData::Verdict(v)) => format!("{k} : {}", verdict(v)),
+        Some(ElementData::Value(v)) => format!("{k} : {}", value(v)),
+        None => k,
+    }
+}
+
+/// kube-proxy's partial resync as text: new chains, rewritten chains, deleted chains.
+fn partial_text(prev: &Ruleset, next: &Ruleset) -> String {
+    let t = &next.table;
+    let mut o = String::new();
+    let old: std::collections::HashMap<&str, &Vec<Rule>> =
+        prev.chains.iter().map(|(c, r)| (c.name.as_str(), r)).collect();
+    for (c, _) in &next.chains {
+        if !old.contains_key(c.name.as_str()) {
+            writeln!(o, "add chain inet {t} {}", c.name).expect("write to String");
+        }
+    }
+    for (c, rules) in &next.chains {
+        match old.get(c.name.as_str()) {
+            Some(r) if *r == rules => continue,
+            Some(_) => writeln!(o, "flush chain inet {t} {}", c.name).expect("write to String"),
+            None => {}
+        }
+        for ru in rules {
+            writeln!(o, "add rule inet {t} {} {}", c.name, rule(ru)).expect("write to String");
+        }
+    }
+    for (c, _) in &prev.chains {
+        if !next.chains.iter().any(|(n, _)| n.name == c.name) {
+            writeln!(o, "delete chain inet {t} {}", c.name).expect("write to String");
+        }
+    }
+    o
+}
