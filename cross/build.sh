@@ -161,10 +161,11 @@ need_zig() {
     fi
     ZIGBUILD="$scripts/cargo-zigbuild"
     [ -x "$ZIGBUILD" ] || die "cargo-zigbuild not found at $ZIGBUILD after pip install"
-    # Pin the zig cargo-zigbuild runs, whatever other zig is on PATH.
-    CARGO_ZIGBUILD_ZIG_PATH=$(python3 -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
-    export CARGO_ZIGBUILD_ZIG_PATH
-    [ "$("$CARGO_ZIGBUILD_ZIG_PATH" version)" = "$ZIG_VERSION" ] || die "zig at $CARGO_ZIGBUILD_ZIG_PATH is not $ZIG_VERSION"
+    # cargo-zigbuild prefers `python -m ziglang` over a `zig` on PATH; name the python that
+    # holds the pinned ziglang, so another python3 earlier on PATH cannot swap it.
+    CARGO_ZIGBUILD_PYTHON_PATH=$(python3 -c 'import sys; print(sys.executable)')
+    export CARGO_ZIGBUILD_PYTHON_PATH
+    [ "$("$CARGO_ZIGBUILD_PYTHON_PATH" -m ziglang version)" = "$ZIG_VERSION" ] || die "ziglang in $CARGO_ZIGBUILD_PYTHON_PATH is not $ZIG_VERSION"
 }
 
 need_s390x_gcc() {

@@ -224,3 +224,20 @@ fn ipv6_dad_and_link_local() {
         eprintln!("fd00:5::1 published {took:?} after being added (DAD)");
     });
 }
+
+/// PPPoE-style point-to-point address: ours is IFA_LOCAL, the peer's IFA_ADDRESS.
+#[test]
+fn point_to_point_address_is_ours_not_the_peers() {
+    let ns = Netns::new("ptp");
+    ns.add_iface("pppoe-wan");
+    ns.ip("addr add 198.19.20.5 peer 198.19.20.1/32 dev pppoe-wan");
+    ns.ip("link set pppoe-wan up");
+    ns.ip("route add default via 198.19.20.1 dev pppoe-wan onlink");
+    in_netns(&ns, || async {
+        let (initial, _h, _rx) =
+            NetWatch::start(sels(&["iface:pppoe-wan", "default-route"]), vec![]).await.expect("start");
+        assert_eq!(ips(&initial), ["198.19.20.5"]);
+        assert_eq!(initial.picked_by[0].selectors, ["iface:pppoe-wan", "default-route"]);
+        assert_eq!(initial.primary_v4, Some("198.19.20.5".parse().unwrap()));
+    });
+}

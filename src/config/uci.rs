@@ -39,6 +39,8 @@ const INTEGER_KEYS: [&str; 6] = [
     "idle_timeout_seconds",
     "resync_interval_seconds",
 ];
+/// Keys the TOML config holds as booleans (none yet; UCI spells them 1/0, on/off, ...).
+const BOOL_KEYS: [&str; 0] = [];
 /// Keys the TOML config holds as arrays: a single `option` becomes a one-element array,
 /// which is what `uci set nodeportd.main.KEY=VALUE` produces.
 const LIST_KEYS: [&str; 2] = ["service_cluster_ip_ranges", "nodeport_addresses"];
@@ -235,6 +237,15 @@ fn parse_integer(s: &str) -> Option<i64> {
     t.parse().ok()
 }
 
+/// UCI's booleans, as `uci` and `/lib/functions.sh` (`get_bool`) read them.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        "1" | "on" | "true" | "yes" | "enabled" => Some(true),
+        "0" | "off" | "false" | "no" | "disabled" => Some(false),
+        _ => None,
+    }
+}
+
 fn entry_text(e: &UciEntry) -> String {
     match &e.value {
         UciValue::Option(v) => format!("option {} '{v}'", e.key),
@@ -250,6 +261,14 @@ fn entry_to_toml(e: &UciEntry) -> Result<toml::Value, UciError> {
             UciValue::Option(v) => parse_integer(v)
                 .map(toml::Value::Integer)
                 .ok_or_else(|| err(format!("{key}: invalid value {v:?}: not an integer"))),
+            UciValue::List(_) => Err(err(format!("{key} takes one value: use `option`, not `list`"))),
+        };
+    }
+    if BOOL_KEYS.contains(&key) {
+        return match &e.value {
+            UciValue::Option(v) => parse_bool(v)
+                .map(toml::Value::Boolean)
+                .ok_or_else(|| err(format!("{key}: invalid value {v:?}: one of 1/0, on/off, true/false, yes/no"))),
             UciValue::List(_) => Err(err(format!("{key} takes one value: use `option`, not `list`"))),
         };
     }
@@ -406,6 +425,10 @@ config init 'init'
                 }
                 toml::Value::String(s) => uci.push_str(&format!("\toption {k} '{s}'\n")),
                 toml::Value::Integer(i) => uci.push_str(&format!("\toption {k} '{i}'\n")),
+                toml::Value::Boolean(b) => {
+                    assert!(BOOL_KEYS.contains(&k.as_str()), "{k} is a boolean: add it to BOOL_KEYS");
+                    uci.push_str(&format!("\toption {k} '{}'\n", u8::from(*b)))
+                }
                 other => panic!("{k} = {other}: no UCI mapping for this TOML type"),
             }
         }
@@ -486,6 +509,18 @@ config init 'init'
         let t = table("config nodeportd 'main'\n\toption nodeport_adresses 'iface:br-lan'\n");
         let e = t.try_into::<RawConfig>().unwrap_err().to_string();
         assert!(e.contains("nodeport_adresses"), "{e}");
+    }
+
+    #[test]
+    fn booleans_read_as_uci_writes_them() {
+        for (text, want) in [("1", true), ("on", true), ("yes", true), ("true", true), ("enabled", true)] {
+            assert_eq!(parse_bool(text), Some(want), "{text}");
+        }
+        for (text, want) in [("0", false), ("off", false), ("no", false), ("false", false), ("disabled", false)] {
+            assert_eq!(parse_bool(text), Some(want), "{text}");
+        }
+        assert_eq!(parse_bool("2"), None);
+        assert_eq!(parse_bool(""), None);
     }
 
     #[test]

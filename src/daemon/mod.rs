@@ -7,6 +7,13 @@ use crate::config::Config;
 use crate::logging;
 
 pub mod clock;
+pub mod handlers;
+pub mod node;
+pub mod run;
+pub mod status;
+pub mod sync;
+
+pub use run::State;
 
 /// Parsed `nodeportd` command line (CONTRACT.md, Programs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,6 +127,23 @@ pub fn main(args: Vec<String>) -> ExitCode {
     }
     let target = args.log.as_deref().and_then(logging::Target::parse).unwrap_or(logging::Target::Stderr);
     logging::init(target, cfg.log_level);
-    eprintln!("nodeportd: the daemon is not built yet");
-    ExitCode::FAILURE
+    if args.cleanup {
+        return match sync::cleanup(&cfg) {
+            Ok(()) => {
+                log::info!("removed table inet {}", cfg.table);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                log::error!("cleanup failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run::run(args, cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            log::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
 }

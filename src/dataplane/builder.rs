@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+use crate::config::Config;
 use crate::model::{Backend, Protocol, Service, ServiceType};
 use crate::nft::ir::*;
 
@@ -44,6 +45,31 @@ pub struct ServiceInput<'a> {
     pub service: &'a Service,
     /// Backends per service port, keyed by the port's name (`""` for an unnamed port).
     pub backends: BTreeMap<String, Vec<Backend>>,
+}
+
+impl<'a> Input<'a> {
+    /// The node's part of the input from the configuration; services and NodePort
+    /// addresses are added by the caller.
+    pub fn from_config(config: &Config) -> Input<'a> {
+        Input {
+            table: config.table.clone(),
+            node_name: config.node_name.clone(),
+            masquerade_mark: config.masquerade_mark(),
+            ct_mark: config.ct_mark(),
+            ..Input::default()
+        }
+    }
+}
+
+impl<'a> ServiceInput<'a> {
+    /// From (port name, backends) pairs, as the registry resolves them per service port.
+    pub fn from_ports(service: &'a Service, ports: impl IntoIterator<Item = (Option<String>, Vec<Backend>)>) -> Self {
+        let mut backends: BTreeMap<String, Vec<Backend>> = BTreeMap::new();
+        for (name, bs) in ports {
+            backends.entry(name.unwrap_or_default()).or_default().extend(bs);
+        }
+        ServiceInput { service, backends }
+    }
 }
 
 /// The objects one service adds to the table.

@@ -352,3 +352,15 @@ fn nft_loads_the_rendering_and_lists_it_back() {
         "listing differs:\nonly ours: {missing:#?}\nonly nft's: {extra:#?}"
     );
 }
+
+#[test]
+fn input_comes_from_the_config_and_registry_shaped_ports() {
+    let config =
+        crate::config::Config { table: "npd".into(), node_name: "edge-1".into(), ..crate::config::Config::default() };
+    let inp = Input::from_config(&config);
+    assert_eq!((inp.table.as_str(), inp.node_name.as_str()), ("npd", "edge-1"));
+    assert_eq!((inp.masquerade_mark, inp.ct_mark), (0x4000, 0x8000));
+    let s = svc(CASES[0].service);
+    let si = ServiceInput::from_ports(&s, vec![(None, vec![be("198.18.2.11:8080 ready")])]);
+    assert_eq!(si.backends[""].len(), 1);
+}

@@ -106,6 +106,22 @@ pub fn qualified_name(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A label value: empty, or up to 63 alphanumerics with `-`, `_`, `.` inside.
+pub fn label_value(s: &str) -> Result<(), String> {
+    if let Some(e) = max_len(s, 63) {
+        return Err(e);
+    }
+    let b = s.as_bytes();
+    let ok = b.is_empty()
+        || (b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter().all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.'));
+    if !ok {
+        return Err("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_string());
+    }
+    Ok(())
+}
+
 /// An IP address as Kubernetes accepts it (no zone, no leading-zero IPv4 octets).
 pub fn parse_ip(s: &str) -> Result<IpAddr, String> {
     s.parse::<IpAddr>().map_err(|_| IP_ERR.to_string())
@@ -187,6 +203,15 @@ mod tests {
         assert!(qualified_name("/lb").is_err());
         assert!(qualified_name("Example.com/lb").is_err());
         assert!(qualified_name("example.com/-lb").is_err());
+    }
+
+    #[test]
+    fn label_values() {
+        assert!(label_value("").is_ok());
+        assert!(label_value("web_1.x").is_ok());
+        assert!(label_value("web server").unwrap_err().contains("valid label"));
+        assert!(label_value("-web").is_err());
+        assert!(label_value(&"a".repeat(64)).is_err());
     }
 
     #[test]

@@ -82,6 +82,15 @@ impl Ctx<'_> {
         }
     }
 
+    /// Label keys and values, of `metadata.labels` or a selector.
+    fn labels(&self, field: &str, labels: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+        for (k, v) in labels {
+            names::qualified_name(k).map_err(|e| self.invalid_str(field, k, &e))?;
+            names::label_value(v).map_err(|e| self.invalid_str(&format!("{field}[{k}]"), v, &e))?;
+        }
+        Ok(())
+    }
+
     fn port_number(&self, field: &str, port: i64) -> Result<(), ApiError> {
         if !(1..=65535).contains(&port) {
             return Err(self.invalid(field, port, PORT_RANGE));
@@ -111,6 +120,10 @@ pub fn validate_service(svc: &Service) -> Result<(), ApiError> {
     let spec = &svc.spec;
     c.meta_name(names::dns1035_label)?;
     c.namespace(svc.metadata.namespace.as_deref())?;
+    c.labels("metadata.labels", &svc.metadata.labels)?;
+    if let Some(sel) = &spec.selector {
+        c.labels("spec.selector", sel)?;
+    }
 
     let ty = match spec.type_.as_deref() {
         None => ServiceType::ClusterIP,
@@ -396,6 +409,7 @@ pub fn validate_endpoints(ep: &Endpoints) -> Result<(), ApiError> {
     let c = Ctx { kind: "Endpoints", name: &ep.metadata.name };
     c.meta_name(names::dns1123_subdomain)?;
     c.namespace(ep.metadata.namespace.as_deref())?;
+    c.labels("metadata.labels", &ep.metadata.labels)?;
     for (s, subset) in ep.subsets.iter().enumerate() {
         let addr_lists = [("addresses", &subset.addresses), ("notReadyAddresses", &subset.not_ready_addresses)];
         for (list, addrs) in addr_lists {
@@ -459,6 +473,7 @@ pub fn validate_endpoint_slice(es: &EndpointSlice) -> Result<(), ApiError> {
     let c = Ctx { kind: "EndpointSlice", name: &es.metadata.name };
     c.meta_name(names::dns1123_subdomain)?;
     c.namespace(es.metadata.namespace.as_deref())?;
+    c.labels("metadata.labels", &es.metadata.labels)?;
     let v6 = match es.address_type.as_str() {
         "IPv4" => false,
         "IPv6" => true,
@@ -813,6 +828,17 @@ mod tests {
         s.spec.load_balancer_class = None;
         s.spec.load_balancer_ip = Some("198.18.0.300".into());
         assert!(err(&s).contains("spec.loadBalancerIP: Invalid value: \"198.18.0.300\""));
+    }
+
+    #[test]
+    fn selector_and_labels_are_label_syntax() {
+        let mut s = svc("web");
+        s.spec.selector = Some([("app".to_string(), "web server".to_string())].into());
+        assert!(err(&s).contains("spec.selector[app]: Invalid value: \"web server\": a valid label"));
+        s.spec.selector = Some([("app.kubernetes.io/name".to_string(), "web".to_string())].into());
+        validate_service(&s).unwrap();
+        s.metadata.labels = [("-bad".to_string(), "x".to_string())].into();
+        assert!(err(&s).contains("metadata.labels: Invalid value: \"-bad\""));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
+use serde::Serialize;
 
 use crate::config::AddrSelector;
 
@@ -58,7 +59,7 @@ pub struct Snapshot {
 }
 
 /// One address in the NodePort set and why it is there.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Picked {
     pub ip: IpAddr,
     /// Interface name(s) holding the address.
@@ -67,8 +68,10 @@ pub struct Picked {
     pub selectors: Vec<String>,
 }
 
-/// The NodePort address set and how it was derived.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The NodePort address set and how it was derived. Serializes (camelCase) to what
+/// `status` shows under `node`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct NodeAddresses {
     /// Sorted, without duplicates: the elements of `nodeport-ips-v4`.
     pub v4: Vec<Ipv4Addr>,
@@ -551,6 +554,15 @@ mod tests {
         let s = n.to_string();
         assert!(s.contains("198.19.7.20 (iface:wan on wan)") && s.contains("matching nothing: iface:nope"), "{s}");
         assert_eq!(NodeAddresses::default().to_string(), "none");
+    }
+
+    #[test]
+    fn serializes_for_status() {
+        let v = serde_json::to_value(run(&["iface:wan", "iface:nope"])).unwrap();
+        assert_eq!(v["v4"], serde_json::json!(["198.19.7.20"]));
+        assert_eq!(v["pickedBy"][0]["selectors"], serde_json::json!(["iface:wan"]));
+        assert_eq!(v["unmatched"], serde_json::json!(["iface:nope"]));
+        assert_eq!(v["primaryV6"], serde_json::json!("2001:db8:7::20"));
     }
 
     #[test]

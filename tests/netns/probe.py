@@ -5,6 +5,10 @@ connection or socket (so each is a new conntrack entry and a fresh endpoint choi
 Usage: probe.py tcp|udp HOST PORT COUNT [TIMEOUT_SECONDS]
 Prints one line per request: the server's answer ("NAME CLIENT_IP"), or
 "ERR <reason> <milliseconds>" (reason: refused, timeout, or the error's name).
+
+       probe.py udp-hold HOST PORT
+One UDP socket (one conntrack entry) for the whole run: sends a datagram for every line
+read from stdin and prints the answer, until stdin ends.
 """
 import errno
 import socket
@@ -36,7 +40,26 @@ def one(proto, host, port, timeout):
         s.close()
 
 
+def hold(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_DGRAM)
+    s.settimeout(2.0)
+    s.connect((host, port))
+    for _ in sys.stdin:
+        try:
+            s.send(b"ping")
+            line = s.recv(2048).decode().strip()
+        except socket.timeout:
+            line = "ERR timeout"
+        except OSError as e:
+            line = f"ERR {errno.errorcode.get(e.errno, e.errno)}"
+        print(line, flush=True)
+
+
 def main():
+    if sys.argv[1] == "udp-hold":
+        hold(sys.argv[2], int(sys.argv[3]))
+        return
     proto, host, port, count = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     timeout = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
     for _ in range(count):

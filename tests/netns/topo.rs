@@ -22,6 +22,30 @@ pub const ROLES: [&str; 4] = ["cl", "rt", "b1", "b2"];
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// A client socket kept open across changes (see `Topo::udp_hold`).
+pub struct Held {
+    stdin: std::process::ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    child: Child,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Held {
+    pub fn ask(&mut self) -> String {
+        use std::io::Write;
+        self.stdin.write_all(b"\n").and_then(|_| self.stdin.flush()).expect("write to probe.py");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read from probe.py");
+        line.trim().to_string()
+    }
+}
+
 pub struct Topo {
     pub prefix: String,
     children: Vec<Child>,
@@ -66,7 +90,26 @@ fn must(cmd: &mut Command) -> String {
 }
 
 impl Topo {
+    /// Removes namespaces an earlier run of these tests left behind when it was killed
+    /// (no Drop ran): named `npdp<PID>…` after a process that no longer exists, and empty.
+    fn remove_leftovers() {
+        let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("npdp") else { continue };
+            let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if pid.is_empty() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let busy = Command::new("ip").args(["netns", "pids", &name]).output().map(|o| !o.stdout.is_empty());
+            if matches!(busy, Ok(false)) {
+                let _ = Command::new("ip").args(["netns", "del", &name]).output();
+            }
+        }
+    }
+
     pub fn new(tag: &str) -> Topo {
+        Topo::remove_leftovers();
         // Unique per process and test, short enough for namespace names, and with a
         // prefix of our own so parallel runs of other test suites never collide.
         // run.sh passes its own prefix so that its trap can remove what a killed test left.
@@ -152,6 +195,24 @@ impl Topo {
         self.children.push(child);
         let last = self.children.len() - 1;
         &mut self.children[last]
+    }
+
+    /// Starts `probe.py udp-hold` in a namespace: each `ask` sends one datagram on the
+    /// same socket (the same conntrack entry) and returns the answer.
+    pub fn udp_hold(&self, role: &str, host: &str, port: u16) -> Held {
+        let script = here().join("probe.py");
+        let mut child = self
+            .cmd(role, "python3")
+            .args([script.to_string_lossy().as_ref(), "udp-hold", host, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start probe.py udp-hold");
+        Held {
+            stdin: child.stdin.take().expect("piped stdin"),
+            stdout: BufReader::new(child.stdout.take().expect("piped stdout")),
+            child,
+        }
     }
 
     /// Starts the test backends (HTTP on TCP and an echo on UDP, on every given port)

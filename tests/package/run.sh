@@ -317,6 +317,35 @@ else
 	not_ok "init script: start_service, service_triggers and reload_service run" "$calls"
 fi
 
+# --- uci-defaults and prerm-pkg --------------------------------------------------------------
+# Stand-ins for fw4 and nft record what the uci-defaults script asks of them.
+mkdir -p "$work/stub"
+cat >"$work/stub/fw4" <<EOF
+#!/bin/sh
+echo "fw4 \$*" >>"$work/stub.log"
+EOF
+cat >"$work/stub/nft" <<EOF
+#!/bin/sh
+echo "nft \$*" >>"$work/stub.log"
+exit \$NFT_STATUS
+EOF
+chmod +x "$work/stub/fw4" "$work/stub/nft"
+ucidef="$troot/etc/uci-defaults/90-nodeportd"
+: >"$work/stub.log"
+check "uci-defaults: fw4 running -> fw4 reloads (with our include)" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 sh '$ucidef' &&
+	grep -qx 'nft list table inet fw4' '$work/stub.log' && grep -qx 'fw4 -q reload' '$work/stub.log'"
+: >"$work/stub.log"
+check "uci-defaults: fw4 not running -> the firewall is left alone" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=1 sh '$ucidef' && ! grep -q '^fw4' '$work/stub.log'"
+: >"$work/stub.log"
+check "uci-defaults: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 IPKG_INSTROOT=/tmp/image sh '$ucidef' && test ! -s '$work/stub.log'"
+check "prerm-pkg: an upgrade keeps the rules (exits before stopping anything)" bash -c "
+	out=\$(PKG_UPGRADE=1 sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
+check "prerm-pkg: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
+	out=\$(IPKG_INSTROOT=/tmp/image sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
+
 # --- the daemon from the package, driven through the rpcd plugin ------------------------------
 ip netns add "$ns"
 ip -n "$ns" link set lo up
@@ -387,11 +416,11 @@ check "the dry run printed rules for the NodePort and the endpoint" bash -c \
 	"grep -q '${node_port:-none}' '$work/daemon.out' && grep -q '198.18.78.2' '$work/daemon.out'"
 
 absent=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | rpcd call service_get)
-check "plugin call service_get of a missing Service: an error object naming it" jq -e '
-	(.error | type) == "object" and (.error | tostring | test("nope")) and (.error | tostring | test("NotFound|not found"))' <<<"$absent"
+check "plugin call service_get of a missing Service: a NotFound error naming it" jq -e '
+	.error.reason == "NotFound" and (.error.message | test("nope"))' <<<"$absent"
 bad=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | rpcd call service_apply)
 check "plugin call service_apply of an invalid Service: an error object naming it" jq -e '
-	(.error | type) == "object" and (.error | tostring | test("Bad_Name"))' <<<"$bad"
+	.error.reason == "Invalid" and (.error.message | test("Bad_Name"))' <<<"$bad"
 if out=$(echo '{}' | rpcd call no_such_method); then
 	not_ok "plugin call of an unknown method fails" "$out"
 else
@@ -504,6 +533,22 @@ check "with the include, the LAN client reaches the NodePort" bash -c \
 	"$(declare -f fetch); c='$c'; [ \"\$(fetch '198.18.77.1:${np:-1}')\" = nodeportd-backend ]"
 check "with the include, the LAN client reaches the ClusterIP" bash -c \
 	"$(declare -f fetch); c='$c'; [ \"\$(fetch '${cip:-0.0.0.0}:80')\" = nodeportd-backend ]"
+
+# The include matches on the daemon's mark: the same rule for another bit lets nothing
+# through, and taking the include out again drops new connections again.
+sed 's/0x00008000/0x00004000/g' "$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft" >"$work/other-bit.nft"
+fw4_load "include \"$work/other-bit.nft\""
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "an include for another conntrack mark bit does not accept the connection"
+else
+	ok "an include for another conntrack mark bit does not accept the connection"
+fi
+fw4_load ""
+if fetch "198.18.77.1:${np:-1}" >/dev/null; then
+	not_ok "without the include again, new connections are dropped again"
+else
+	ok "without the include again, new connections are dropped again"
+fi
 
 # `fw4 reload` replaces its own table only; `firewall stop` can take every table with it.
 fw4_load "include \"$troot/usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft\""

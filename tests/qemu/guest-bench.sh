@@ -1,8 +1,8 @@
 #!/bin/sh
 # Footprint benchmark, run inside the emulated router by tests/qemu/run.sh:
 #   sh /qemu/bench.sh SERVICES ENDPOINTS_PER_SERVICE
-# Needs a running daemon whose pid is in /tmp/nodeportd.pid and whose config is
-# /tmp/nodeportd.toml.  Prints "@@BENCH <markdown table cells>" last.
+# Needs a running daemon whose pid is in /tmp/nodeportd.pid and whose config's
+# path is in /tmp/nodeportd.cfgpath.  Prints "@@BENCH <markdown table cells>" last.
 set -u
 n=${1:-1000}
 per=${2:-3}
@@ -95,7 +95,7 @@ while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 300 ]; do
 done
 nft delete table inet nodeportd 2>/dev/null
 t3=$(ms)
-nodeportd --config /tmp/nodeportd.toml --log stderr </dev/null >>/tmp/nodeportd.log 2>&1 &
+nodeportd --config "$(cat /tmp/nodeportd.cfgpath)" --log stderr </dev/null >>/tmp/nodeportd.log 2>&1 &
 echo $! >/tmp/nodeportd.pid
 until nodeportctl status >/dev/null 2>&1; do
 	kill -0 "$(cat /tmp/nodeportd.pid)" 2>/dev/null || fail "daemon died on restart"

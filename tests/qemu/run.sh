@@ -78,7 +78,7 @@ arch_vars() {
 		QEMU_PKG=qemu-system-misc QEMU_OPTS=(-M s390-ccw-virtio)
 		CONSOLE=ttysclp0 NIC=virtio-net-ccw NIC_OPTS=""
 		MODS_NIC="virtio_net" MODS_EXTRA=""
-		RUST_TARGET=s390x-unknown-linux-gnu IPK_GLOB=""
+		RUST_TARGET=s390x-unknown-linux-gnu IPK_GLOB="s390x"
 		;;
 	*) die "unknown architecture '$ARCH' (want one of: ${ALL_ARCHES[*]})" ;;
 	esac
@@ -558,39 +558,64 @@ MANIFESTS='{"apiVersion":"v1","kind":"List","items":[
  "addressType":"IPv4","ports":[{"name":"http","protocol":"TCP","port":8080}],
  "endpoints":[{"addresses":["BE2"],"conditions":{"ready":true}}]},
 {"apiVersion":"v1","kind":"Service","metadata":{"name":"empty","namespace":"default"},
- "spec":{"type":"NodePort","selector":{"app":"none"},"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}]}}
+ "spec":{"type":"NodePort","selector":{"app":"none"},"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080,"nodePort":30010}]}}
 ]}'
 
+# Start the daemon as /etc/init.d/nodeportd would (busybox has no procd): check
+# the packaged config, create the socket's directory, run it in the background.
+# The packaged config is adjusted for the test network first.
 start_daemon() {
 	local out rc
 	out=$(guest 120 <<EOF
 set -e
-cfg=/etc/nodeportd/nodeportd.toml
-{
-  echo 'nodeport_addresses = ["$NODEPORT_CIDR"]'
-  echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR"]'
-  echo 'node_name = "qemu-$ARCH"'
-  # The packaged file, minus the keys set above (top-level keys come first in TOML).
-  [ -f \$cfg ] && awk '
-    /^[ \t]*(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]*=/ { skip = (\$0 ~ /\[/ && \$0 !~ /\]/); next }
-    skip { if (\$0 ~ /\]/) skip = 0; next }
-    { print }' \$cfg
-} > /tmp/nodeportd.toml
-nodeportd --check-config --config /tmp/nodeportd.toml > /tmp/check-config.out 2>&1 || { cat /tmp/check-config.out; exit 1; }
+uci=/etc/config/nodeportd
+toml=/etc/nodeportd/nodeportd.toml
+if [ -f \$uci ]; then
+  cfg=\$uci
+  # Our keys replace the packaged ones in the daemon's section.
+  awk '
+    /^[ \t]*(option|list)[ \t]+(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]/ { next }
+    { print }
+    /^config[ \t]+(nodeportd|main)/ {
+      print "\toption node_name '"'"'qemu-$ARCH'"'"'"
+      print "\tlist service_cluster_ip_ranges '"'"'$CLUSTER_CIDR'"'"'"
+      print "\tlist nodeport_addresses '"'"'$NODEPORT_CIDR'"'"'"
+    }' \$uci > /tmp/nodeportd.conf
+  cat /tmp/nodeportd.conf > \$uci
+else
+  cfg=\$toml
+  mkdir -p /etc/nodeportd
+  {
+    echo 'nodeport_addresses = ["$NODEPORT_CIDR"]'
+    echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR"]'
+    echo 'node_name = "qemu-$ARCH"'
+    # Top-level keys come first in TOML: ours, then the rest of the file.
+    [ -f \$toml ] && awk '
+      /^[ \t]*(nodeport_addresses|service_cluster_ip_ranges|node_name)[ \t]*=/ { skip = (\$0 ~ /\[/ && \$0 !~ /\]/); next }
+      skip { if (\$0 ~ /\]/) skip = 0; next }
+      { print }' \$toml
+  } > /tmp/nodeportd.conf
+  cat /tmp/nodeportd.conf > \$toml
+fi
+echo "\$cfg" > /tmp/nodeportd.cfgpath
+echo "--- \$cfg"; grep -v '^[[:space:]]*#' \$cfg | grep .
+nodeportd --check-config --config \$cfg > /tmp/check-config.out 2>&1 || { cat /tmp/check-config.out; exit 1; }
+mkdir -p /var/run/nodeportd
 # busybox date has no %N: /proc/uptime counts in 10 ms steps.
 ms() { read -r up _ < /proc/uptime; echo \$(( \${up%.*}\${up#*.} * 10 )); }
 t0=\$(ms)
-nodeportd --config /tmp/nodeportd.toml --log stderr < /dev/null > /tmp/nodeportd.log 2>&1 &
+nodeportd --config \$cfg --log stderr < /dev/null > /tmp/nodeportd.log 2>&1 &
 echo \$! > /tmp/nodeportd.pid
 i=0
 until nodeportctl status > /dev/null 2>&1; do
   i=\$((i + 1)); [ \$i -lt 600 ] || { echo "daemon not answering"; cat /tmp/nodeportd.log; exit 1; }
-  kill -0 \$(cat /tmp/nodeportd.pid) || { echo "daemon exited"; cat /tmp/nodeportd.log; exit 1; }
+  kill -0 \$(cat /tmp/nodeportd.pid) 2>/dev/null || { echo "daemon exited"; cat /tmp/nodeportd.log; exit 1; }
   sleep 0.05
 done
 t1=\$(ms)
 echo \$((t1 - t0)) > /tmp/startup_ms
 echo "startup_ms=\$((t1 - t0))"
+nodeportctl status
 EOF
 	) && rc=0 || rc=$?
 	echo "$out" >&2
@@ -635,7 +660,10 @@ check_dataplane() {
 	r=$(http_get "$WAN_IP" 30009)
 	if [ "$r" = be2 ]; then pass static-nodeport-30009; else fail static-nodeport-30009 "got '$r'"; fi
 
-	# No endpoints: refused at once, not left to time out.
+	# No endpoints: refused at once, not left to time out.  The router itself
+	# listens on that port, so a refusal comes from the daemon's reject and not
+	# from a closed port.
+	guest 30 <<<"httpd -p $np_empty -h /srv/www && sleep 0.5 && wget -q -O - http://127.0.0.1:$np_empty/" >&2 || true
 	t0=$(date +%s%N)
 	in_client curl -s --max-time 5 "http://$WAN_IP:$np_empty/" >/dev/null 2>&1 && r=0 || r=$?
 	t1=$(date +%s%N)
@@ -643,7 +671,7 @@ check_dataplane() {
 	if [ "$r" = 7 ] && [ "$ms" -lt 2000 ]; then
 		pass "reject-without-endpoints (${ms} ms)"
 	else
-		fail reject-without-endpoints "curl exit $r after ${ms} ms (want 7, refused, < 2000 ms)"
+		fail reject-without-endpoints "curl exit $r after ${ms} ms (want 7, refused, < 2000 ms; 0 means the router's own listener answered)"
 	fi
 
 	out=$(guest 30 <<<'nft list table inet nodeportd' 2>&1) && r=0 || r=$?
@@ -666,14 +694,16 @@ check_dataplane() {
 	*) pass nodeport-not-on-excluded-address ;; esac
 	guest 30 <<<"ip addr del $WAN_IP_OUTSIDE/24 dev wan" >/dev/null || true
 
-	# The WAN address moves inside the configured CIDR: NodePorts follow.
-	guest 30 <<<"ip addr add $WAN_IP_NEW/24 dev wan && ip addr del $WAN_IP/24 dev wan" >/dev/null || true
+	# The WAN address moves inside the configured CIDR (as after a DHCP renumbering;
+	# removing first, since deleting a primary address also removes its
+	# secondaries): NodePorts follow.
+	guest 30 <<<"ip addr del $WAN_IP/24 dev wan && ip addr add $WAN_IP_NEW/24 dev wan" >/dev/null || true
 	if wait_answer "$WAN_IP_NEW" "$np_web" 30; then pass nodeport-follows-new-address; else
 		fail nodeport-follows-new-address "no answer on $WAN_IP_NEW:$np_web"
 	fi
 	r=$(http_get "$WAN_IP" "$np_web" 2)
 	case $r in be1 | be2) fail old-address-stops "still answered '$r' on $WAN_IP" ;; *) pass old-address-stops ;; esac
-	guest 30 <<<"ip addr add $WAN_IP/24 dev wan && ip addr del $WAN_IP_NEW/24 dev wan" >/dev/null || true
+	guest 30 <<<"ip addr del $WAN_IP_NEW/24 dev wan && ip addr add $WAN_IP/24 dev wan" >/dev/null || true
 }
 
 # ------------------------------------------------------------------ benchmark
@@ -721,6 +751,10 @@ run_arch() {
 	for f in console.log nodeportd.log ruleset.nft; do
 		[ -f "$RUN/$ARCH/$f" ] && cp "$RUN/$ARCH/$f" "$WORK/logs/$ARCH-$f"
 	done
+	if grep -q "^FAIL $ARCH " "$RUN/results"; then
+		log "last lines of the daemon's log:"
+		tail -n 40 "$RUN/$ARCH/nodeportd.log" >&2 || true
+	fi
 	cleanup_arch
 	echo "TIME $ARCH $(($(date +%s) - t0)) boot=${BOOT_SECS:-?}" >>"$RUN/results"
 	log "done in $(($(date +%s) - t0)) s (boot ${BOOT_SECS:-?} s); logs in $WORK/logs/$ARCH-*"

@@ -1,0 +1,235 @@
+//! Start-up and the event loop. Everything runs on one thread (tokio current-thread
+//! runtime + LocalSet); state is shared through `Rc<RefCell<State>>` and never held
+//! across an await.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{watch, Notify};
+
+use super::node::NodeState;
+use super::sync::{DataplaneStatus, Engine};
+use super::Args;
+use crate::api::{self, server};
+use crate::config::Config;
+use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Service};
+use crate::registry::Registry;
+use crate::store::{Kind, Store, Stored};
+
+/// Everything the daemon knows.
+pub struct State {
+    pub cfg: Config,
+    pub registry: Registry,
+    pub store: Store,
+    pub node: NodeState,
+    pub dataplane: DataplaneStatus,
+    pub dry_run: bool,
+    pub started: Instant,
+    /// Services whose data plane pieces must be rebuilt at the next sync.
+    pub dirty: BTreeSet<(String, String)>,
+    /// Set when the node addresses changed (only the nodeport-ips sets follow).
+    pub node_changed: bool,
+    /// Set when the next sync must rebuild and reapply everything.
+    pub full_resync: bool,
+    pub wake: Rc<Notify>,
+}
+
+impl State {
+    pub fn service_changed(&mut self, ns: &str, name: &str) {
+        self.dirty.insert((ns.to_string(), name.to_string()));
+        self.wake.notify_one();
+    }
+    pub fn endpoints_changed(&mut self, obj: &EndpointsObject) {
+        for key in super::handlers::services_of(obj) {
+            self.dirty.insert(key);
+        }
+        self.wake.notify_one();
+    }
+    pub fn request_full_resync(&mut self) {
+        self.full_resync = true;
+        self.wake.notify_one();
+    }
+}
+
+/// Decode what the store read back; a file that no longer decodes stops the daemon
+/// with its name (it is never overwritten).
+fn decode_stored(
+    state_dir: &std::path::Path,
+    objs: Vec<Stored>,
+) -> Result<(Vec<Service>, Vec<EndpointsObject>), String> {
+    let mut services = Vec::new();
+    let mut endpoints = Vec::new();
+    for o in objs {
+        let file = || {
+            let dir = match o.kind {
+                Kind::Service => "services",
+                Kind::Endpoints => "endpoints",
+                Kind::EndpointSlice => "endpointslices",
+            };
+            state_dir
+                .join("objects")
+                .join(dir)
+                .join(&o.namespace)
+                .join(format!("{}.json", o.name))
+                .display()
+                .to_string()
+        };
+        match o.kind {
+            Kind::Service => services.push(
+                serde_json::from_value::<Service>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+            ),
+            Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(
+                serde_json::from_value::<Endpoints>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+            )),
+            Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(
+                serde_json::from_value::<EndpointSlice>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+            )),
+        }
+    }
+    Ok((services, endpoints))
+}
+
+pub fn run(args: Args, cfg: Config) -> Result<(), String> {
+    let started = Instant::now();
+    let (store, objects) = Store::open(&cfg.state_dir).map_err(|e| e.to_string())?;
+    let (services, endpoints) = decode_stored(&cfg.state_dir, objects)?;
+    let n_services = services.len();
+    let (registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    for p in &problems {
+        log::warn!("state: {p}");
+    }
+    let group = match &cfg.socket_group {
+        Some(g) => Some(api::peer::lookup_group(g).ok_or_else(|| format!("socket_group: unknown group {g:?}"))?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the event loop: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let engine = Engine::new(&cfg, args.dry_run).await?;
+        let wake = Rc::new(Notify::new());
+        let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
+        let st = Rc::new(RefCell::new(State {
+            registry,
+            store,
+            node,
+            dataplane: DataplaneStatus::new(),
+            dry_run: args.dry_run,
+            started,
+            dirty: BTreeSet::new(),
+            full_resync: true,
+            node_changed: false,
+            wake: wake.clone(),
+            cfg: cfg.clone(),
+        }));
+
+        let listener = server::bind(&cfg.socket, group).map_err(|e| format!("{}: {e}", cfg.socket.display()))?;
+        let limits = server::Limits {
+            max_request_bytes: cfg.max_request_bytes,
+            max_connections: cfg.max_connections,
+            idle_timeout: Duration::from_secs(cfg.idle_timeout_seconds),
+        };
+        let handler_state = st.clone();
+        let handler: server::Handler = Rc::new(move |method, params, _cred| {
+            super::handlers::call(&mut handler_state.borrow_mut(), method, params)
+        });
+        tokio::task::spawn_local(server::serve(listener, handler, limits, group));
+
+        // Status LED: on = in sync, blinking = out of sync, off = stopped.
+        let (led_tx, led_rx) = watch::channel(crate::led::LedState::OutOfSync);
+        if let Some(name) = cfg.status_led.clone() {
+            if let Some(pin) = crate::led::SysfsLed::open_or_warn(std::path::Path::new(crate::led::SYSFS_LEDS), &name) {
+                tokio::task::spawn_local(crate::led::run(pin, led_rx));
+            }
+        }
+
+        tokio::task::spawn_local(super::sync::sync_loop(st.clone(), engine, led_tx.clone()));
+        super::node::spawn_watchers(st.clone());
+
+        log::info!(
+            "nodeportd {} started in {} ms: {} services restored, socket {}, table inet {}{}",
+            crate::VERSION,
+            started.elapsed().as_millis(),
+            n_services,
+            cfg.socket.display(),
+            cfg.table,
+            if args.dry_run { " (dry run)" } else { "" }
+        );
+
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("SIGHUP handler: {e}"))?;
+        let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT handler: {e}"))?;
+        let mut resync = tokio::time::interval(Duration::from_secs(cfg.resync_interval_seconds));
+        resync.tick().await;
+        loop {
+            tokio::select! {
+                _ = hup.recv() => reload(&st, &args).await,
+                _ = term.recv() => break,
+                _ = int.recv() => break,
+                _ = resync.tick() => {
+                    // The slow timer repairs drift nobody told us about.
+                    st.borrow_mut().request_full_resync();
+                }
+            }
+        }
+        let _ = led_tx.send(crate::led::LedState::Off);
+        tokio::task::yield_now().await;
+        let path = st.borrow().cfg.socket.clone();
+        let _ = std::fs::remove_file(path);
+        log::info!("stopping; the programmed rules stay in place (nodeportd --cleanup removes them)");
+        Ok::<(), String>(())
+    })
+}
+
+/// SIGHUP: re-read the config. What cannot change live is refused with a logged reason
+/// and the old config stays.
+async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
+    let new = match args.effective_config() {
+        Ok(c) => c,
+        Err(e) => {
+            log::error!("reload refused, keeping the old config: {e}");
+            return;
+        }
+    };
+    let mut s = st.borrow_mut();
+    let old = s.cfg.clone();
+    for (what, changed) in [
+        ("socket", new.socket != old.socket),
+        ("socket_group", new.socket_group != old.socket_group),
+        ("state_dir", new.state_dir != old.state_dir),
+        ("table", new.table != old.table),
+    ] {
+        if changed {
+            log::error!(
+                "reload refused, keeping the old config: {what} cannot change while running (restart the daemon)"
+            );
+            return;
+        }
+    }
+    if new.node_port_range != old.node_port_range || new.service_cidrs != old.service_cidrs {
+        match s.registry.reconfigure(new.node_port_range, &new.service_cidrs) {
+            Ok(r) => s.registry = r,
+            Err(e) => {
+                log::error!("reload refused, keeping the old config: {e}");
+                return;
+            }
+        }
+    }
+    crate::logging::set_level(new.log_level);
+    let node_changed = new.nodeport_addresses != old.nodeport_addresses || new.node_ips != old.node_ips;
+    s.cfg = new;
+    if node_changed {
+        let cfg = s.cfg.clone();
+        s.node.reconfigure(&cfg);
+    }
+    s.request_full_resync();
+    log::info!("configuration reloaded");
+}

@@ -1,0 +1,41 @@
+//! The `status` result (CONTRACT.md, Socket API).
+
+use serde_json::{json, Value};
+
+use super::State;
+
+pub fn status(st: &State) -> Value {
+    let usage = st.registry.usage();
+    let dp = &st.dataplane;
+    json!({
+        "version": crate::VERSION,
+        "node": {
+            "name": st.cfg.node_name,
+            "addresses": st.node.addresses(),
+            "selectors": st.node.selectors_json(),
+            "unmatchedSelectors": st.node.unmatched(),
+            "primary": st.node.primary_json(),
+        },
+        "nodePorts": usage.node_ports,
+        "serviceCIDRs": usage.service_cidrs,
+        "dataplane": {
+            "table": format!("inet {}", st.cfg.table),
+            "dryRun": st.dry_run,
+            "inSync": dp.in_sync,
+            "generation": dp.generation,
+            "lastSyncMillis": dp.last_sync_millis,
+            "lastError": dp.last_error,
+            "transactions": dp.transactions,
+            "fullSyncs": dp.full_syncs,
+            "lastMessages": dp.last_messages,
+        },
+        "objects": {
+            "services": st.registry.service_count(),
+            "endpoints": st.registry.endpoints_count(),
+            "endpointSlices": st.registry.endpoint_slice_count(),
+        },
+        "problems": st.registry.problems(),
+        "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes },
+        "uptimeSeconds": st.started.elapsed().as_secs(),
+    })
+}

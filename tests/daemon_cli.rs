@@ -1,0 +1,283 @@
+//! The control plane as a user drives it: the real daemon (in --dry-run, so no
+//! privileges are needed) on a temporary socket and state directory, driven by
+//! `nodeportctl` with objects printed by `kubectl`, restarted (also after kill -9).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nodeportd");
+
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path) -> Daemon {
+        let socket = dir.join("sock");
+        let child = Command::new(BIN)
+            .args(["--dry-run", "--config"])
+            .arg(dir.join("nodeportd.toml"))
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nodeportd");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while UnixStream::connect(&socket).is_err() {
+            assert!(Instant::now() < deadline, "daemon did not open {}", socket.display());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, socket }
+    }
+
+    fn ctl(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("ctl").args(args).env("NODEPORTD_SOCKET", &self.socket);
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("nodeportctl");
+        if let Some(input) = stdin {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.ctl(args, stdin);
+        assert!(out.status.success(), "nodeportctl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.ctl(args, stdin);
+        assert!(!out.status.success(), "nodeportctl {args:?} should have failed");
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        serde_json::from_str(&self.ok(args, None)).unwrap()
+    }
+
+    fn stop(mut self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        self.child.wait().unwrap();
+    }
+
+    fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A Service as `kubectl create service ... --dry-run=client -o json` prints it; the
+/// checked-in fixture when kubectl is not installed (it was printed by kubectl too).
+fn kubectl_service(kind: &str, name: &str, tcp: &str) -> Value {
+    let out = Command::new("kubectl")
+        .args(["create", "service", kind, name, &format!("--tcp={tcp}"), "--dry-run=client", "-o", "json"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => serde_json::from_slice(&o.stdout).unwrap(),
+        _ => {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/svc-nodeport-web.json");
+            let mut v: Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+            v["metadata"]["name"] = json!(name);
+            v["spec"]["type"] = json!(if kind == "nodeport" { "NodePort" } else { "ClusterIP" });
+            v
+        }
+    }
+}
+
+fn setup() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("nodeportd.toml"),
+        "node_name = \"edge-1\"\nnodeport_addresses = [\"127.0.0.0/8\"]\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn rpc(socket: &Path, raw: &[u8]) -> Vec<Value> {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(raw).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn kubectl_objects_allocate_persist_and_survive_restarts() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+
+    let web = kubectl_service("nodeport", "web", "80:8080").to_string();
+    assert_eq!(d.ok(&["apply", "-f", "-"], Some(&web)).trim(), "service/default/web created");
+    assert_eq!(d.ok(&["apply", "-f", "-"], Some(&web)).trim(), "service/default/web unchanged");
+
+    // Seed 000: the static request for 30009 in the lower band is honoured...
+    let minio = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "minio"},
+        "spec": {"type": "NodePort", "selector": {"app": "minio"},
+                 "ports": [{"name": "api", "nodePort": 30009, "port": 9000, "protocol": "TCP", "targetPort": 9000}]}});
+    assert_eq!(d.ok(&["apply", "-f", "-"], Some(&minio.to_string())).trim(), "service/default/minio created");
+    // ...and a second claim on it is refused in the API server's words, changing nothing.
+    let mut thief = minio.clone();
+    thief["metadata"]["name"] = json!("thief");
+    let err = d.fails(&["apply", "-f", "-"], Some(&thief.to_string()));
+    assert!(
+        err.contains("Service \"thief\" is invalid: spec.ports[0].nodePort: Invalid value: 30009: provided port is already allocated"),
+        "{err}"
+    );
+    assert!(d.fails(&["get", "svc", "thief"], None).contains("not found"));
+
+    // Seed 002: kube-dns at 10.96.0.10.
+    let dns = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]}});
+    d.ok(&["apply", "-f", "-"], Some(&dns.to_string()));
+    let mut dns2 = dns.clone();
+    dns2["metadata"]["name"] = json!("dns-copy");
+    let err = d.fails(&["apply", "-f", "-"], Some(&dns2.to_string()));
+    assert!(
+        err.contains("Service \"dns-copy\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.0.10\"]: failed to allocate IP 10.96.0.10: provided IP is already allocated"),
+        "{err}"
+    );
+
+    let table = d.ok(&["get", "svc", "-A"], None);
+    assert!(table.starts_with("NAMESPACE"), "{table}");
+    assert!(table.contains("30009/TCP") && table.contains("10.96.0.10"), "{table}");
+
+    let before = d.json(&["get", "svc", "-A", "-o", "json"]);
+    let web_port = before["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["metadata"]["name"] == "web")
+        .map(|s| s["spec"]["ports"][0]["nodePort"].as_u64().unwrap())
+        .unwrap();
+    // Dynamic allocations come from the upper band (seed 000: 30086-32767).
+    assert!((30086..=32767).contains(&web_port), "{web_port}");
+
+    // A clean stop, then kill -9: nothing is lost, nothing moves.
+    d.stop(libc::SIGTERM);
+    let d = Daemon::start(dir.path());
+    assert_eq!(d.json(&["get", "svc", "-A", "-o", "json"])["items"], before["items"]);
+    d.stop(libc::SIGKILL);
+    let d = Daemon::start(dir.path());
+    assert_eq!(d.json(&["get", "svc", "-A", "-o", "json"])["items"], before["items"]);
+    let st = d.json(&["status", "-o", "json"]);
+    assert_eq!(st["nodePorts"]["static"]["used"], 1, "{st}");
+    assert_eq!(st["objects"]["services"], 3, "{st}");
+    // Re-applying the same object writes nothing to flash.
+    let writes = st["store"]["writes"].as_u64().unwrap();
+    d.ok(&["apply", "-f", "-"], Some(&web));
+    assert_eq!(d.json(&["status", "-o", "json"])["store"]["writes"].as_u64().unwrap(), writes);
+
+    d.ok(&["delete", "svc", "minio"], None);
+    assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["static"]["used"], 0);
+}
+
+#[test]
+fn bad_input_is_answered_and_the_daemon_lives() {
+    let dir = setup();
+    let mut d = Daemon::start(dir.path());
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"status\",\"params\":{{\"x\":\"{}\"}}}}\n",
+        "a".repeat(2 << 20)
+    );
+    let mut raw = Vec::new();
+    raw.extend_from_slice(b"{not json\n");
+    raw.extend_from_slice(b"[]\n");
+    raw.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"nope\"}\n");
+    raw.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"service.apply\",\"params\":{\"object\":42}}\n");
+    raw.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"service.apply\",\"params\":{\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"Bad_Name\"},\"spec\":{\"ports\":[{\"port\":80}]}}}}\n",
+    );
+    raw.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"service.apply\",\"params\":{\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"type\":\"NodePort\",\"ports\":[{\"port\":80,\"nodePort\":40000}]}}}}\n",
+    );
+    raw.extend_from_slice(big.as_bytes());
+    raw.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"status\"}\n");
+    let r = rpc(&d.socket, &raw);
+    assert_eq!(r.len(), 8, "{r:?}");
+    assert_eq!(r[0]["error"]["code"], -32700);
+    assert_eq!(r[1]["error"]["code"], -32600);
+    assert_eq!(r[2]["error"]["code"], -32601);
+    assert_eq!(r[3]["error"]["code"], -32602);
+    assert_eq!(r[4]["error"]["data"]["reason"], "Invalid");
+    let m = r[4]["error"]["message"].as_str().unwrap();
+    assert!(m.contains("metadata.name") && m.contains("Bad_Name"), "{m}");
+    let m = r[5]["error"]["message"].as_str().unwrap();
+    assert!(
+        m.contains("spec.ports[0].nodePort: Invalid value: 40000: provided port is not in the valid range. The range of valid ports is 30000-32767"),
+        "{m}"
+    );
+    assert_eq!(r[6]["error"]["data"]["reason"], "TooLarge");
+    assert_eq!(r[7]["id"], 5);
+    assert_eq!(r[7]["result"]["objects"]["services"], 0, "nothing was stored: {}", r[7]);
+    assert!(d.alive());
+    assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["dynamic"]["used"], 0);
+}
+
+#[test]
+fn corrupt_state_stops_the_daemon_naming_the_file() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    d.ok(&["apply", "-f", "-"], Some(&kubectl_service("nodeport", "web", "80:8080").to_string()));
+    d.stop(libc::SIGTERM);
+    let file = dir.path().join("state/objects/services/default/web.json");
+    std::fs::write(&file, b"{\"schema\":1,\"object\":{\"spec\":{\"ports\":7}}}").unwrap();
+    let out = Command::new(BIN)
+        .args(["--dry-run", "--socket"])
+        .arg(dir.path().join("sock"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("objects/services/default/web.json"), "{err}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"{\"schema\":1,\"object\":{\"spec\":{\"ports\":7}}}");
+}
+
+#[test]
+fn sighup_applies_a_valid_config_and_refuses_one_that_strands_a_port() {
+    let dir = setup();
+    let cfg = dir.path().join("nodeportd.toml");
+    let d = Daemon::start(dir.path());
+    let minio = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "minio"},
+        "spec": {"type": "NodePort", "ports": [{"name": "api", "nodePort": 30009, "port": 9000}]}});
+    d.ok(&["apply", "-f", "-"], Some(&minio.to_string()));
+    let hup_and_range = |text: &str| {
+        std::fs::write(&cfg, text).unwrap();
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(d.child.id() as i32, libc::SIGHUP) };
+        std::thread::sleep(Duration::from_millis(300));
+        d.json(&["status", "-o", "json"])["nodePorts"]["range"].as_str().unwrap().to_string()
+    };
+    // 30009 would fall outside: refused, the old range stays.
+    assert_eq!(hup_and_range("service_node_port_range = \"31000-32767\"\n"), "30000-32767");
+    // A typo is refused too.
+    assert_eq!(hup_and_range("service_node_port_rang = \"30000-40000\"\n"), "30000-32767");
+    assert_eq!(hup_and_range("service_node_port_range = \"30000-40000\"\n"), "30000-40000");
+    let svc = d.json(&["get", "svc", "minio", "-o", "json"]);
+    assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30009, "{svc}");
+}
