@@ -694,14 +694,16 @@ check_dataplane() {
 	*) pass nodeport-not-on-excluded-address ;; esac
 	guest 30 <<<"ip addr del $WAN_IP_OUTSIDE/24 dev wan" >/dev/null || true
 
-	# The WAN address moves inside the configured CIDR: NodePorts follow.
-	guest 30 <<<"ip addr add $WAN_IP_NEW/24 dev wan && ip addr del $WAN_IP/24 dev wan" >/dev/null || true
+	# The WAN address moves inside the configured CIDR (as after a DHCP renumbering;
+	# removing first, since deleting a primary address also removes its
+	# secondaries): NodePorts follow.
+	guest 30 <<<"ip addr del $WAN_IP/24 dev wan && ip addr add $WAN_IP_NEW/24 dev wan" >/dev/null || true
 	if wait_answer "$WAN_IP_NEW" "$np_web" 30; then pass nodeport-follows-new-address; else
 		fail nodeport-follows-new-address "no answer on $WAN_IP_NEW:$np_web"
 	fi
 	r=$(http_get "$WAN_IP" "$np_web" 2)
 	case $r in be1 | be2) fail old-address-stops "still answered '$r' on $WAN_IP" ;; *) pass old-address-stops ;; esac
-	guest 30 <<<"ip addr add $WAN_IP/24 dev wan && ip addr del $WAN_IP_NEW/24 dev wan" >/dev/null || true
+	guest 30 <<<"ip addr del $WAN_IP_NEW/24 dev wan && ip addr add $WAN_IP/24 dev wan" >/dev/null || true
 }
 
 # ------------------------------------------------------------------ benchmark
