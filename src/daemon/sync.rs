@@ -317,10 +317,9 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
         let _ = led.send(LedState::for_dataplane(ok, !ok));
         if ok {
             if !stale.is_empty() && matches!(engine, Engine::Kernel { .. }) {
-                match conntrack::delete_udp_flows(&stale) {
-                    Ok(0) => {}
-                    Ok(n) => log::info!("deleted {n} stale UDP conntrack entries"),
-                    Err(e) => log::warn!("cannot delete stale UDP conntrack entries: {e}"),
+                // The conntrack module logs how many it deleted.
+                if let Err(e) = conntrack::delete_udp_flows(&stale) {
+                    log::warn!("cannot delete stale UDP conntrack entries: {e}");
                 }
             }
         } else {

@@ -305,7 +305,22 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
         ),
         (
             base_chain(names::FILTER_INPUT, ChainType::Filter, Hook::Input, -110),
-            vec![rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)])],
+            vec![
+                // `localhost` NodePorts need route_localnet, which would also let the
+                // network reach services bound to 127.0.0.1 (CVE-2020-8558): only
+                // loopback itself, or traffic we DNAT'd, may address 127.0.0.0/8.
+                rule(vec![
+                    Stmt::Cmp { field: Field::IifName, op: CmpOp::Ne, value: CmpValue::IfName("lo".into()) },
+                    Stmt::InPrefix {
+                        field: Field::IpDaddr,
+                        net: "127.0.0.0/8".parse().expect("literal"),
+                        negate: false,
+                    },
+                    Stmt::Bits { field: Field::CtStatus, mask: CT_STATUS_DNAT, value: 0, negate: false },
+                    Stmt::Verdict(Verdict::Drop),
+                ]),
+                rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)]),
+            ],
         ),
         (
             base_chain(names::FILTER_FORWARD, ChainType::Filter, Hook::Forward, -110),
@@ -331,6 +346,9 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
 
     Ruleset { family: Some(Family::Inet), table: input.table.clone(), sets, elements, chains }
 }
+
+/// `ct status dnat`
+const CT_STATUS_DNAT: u32 = 0x20;
 
 fn addr_element(ip: IpAddr) -> Element {
     Element { key: vec![Value::Addr(ip)], data: None, timeout: None }

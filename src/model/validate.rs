@@ -151,6 +151,21 @@ pub fn validate_service(svc: &Service) -> Result<(), ApiError> {
         _ => {}
     }
 
+    // LoadBalancer ingress as the cluster's load-balancer controller reported it: the IPs
+    // this node answers on for the service (`status` of other types is ignored).
+    if ty == ServiceType::LoadBalancer {
+        if let Some(st) = &svc.status {
+            for (i, ing) in st.load_balancer.ingress.iter().enumerate() {
+                if let Some(ip) = ing.ip.as_deref() {
+                    if ip.parse::<std::net::IpAddr>().is_err() {
+                        let field = format!("status.loadBalancer.ingress[{i}].ip");
+                        return Err(c.invalid_str(&field, ip, "must be a valid IP address"));
+                    }
+                }
+            }
+        }
+    }
+
     // Traffic policies.
     let externally_accessible = matches!(ty, ServiceType::NodePort | ServiceType::LoadBalancer)
         || (ty == ServiceType::ClusterIP && !spec.external_ips.is_empty());

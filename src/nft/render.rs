@@ -323,6 +323,10 @@ fn bits(f: &Field, mask: u32, val: u32, negate: bool) -> String {
             let op = if single && negate { "!= " } else { "" };
             return format!("{name} {op}{names}");
         }
+        // "none of these bits": nft prints `ct status ! dnat`.
+        if val == 0 && !negate {
+            return format!("{name} ! {names}");
+        }
     }
     if mask == u32::MAX {
         if let (Field::FibDaddrType, Some(t)) = (f, fib_type_name(val)) {

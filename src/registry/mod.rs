@@ -20,7 +20,7 @@ use serde::Serialize;
 
 use crate::alloc::{AllocError, IpAllocator, PortAllocator, Rng, Usage};
 use crate::config::PortRange;
-use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service};
+use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service, ServiceType};
 
 pub use backends::PortBackends;
 
@@ -362,6 +362,13 @@ impl Registry {
         svc.kind = Some("Service".into());
         svc.api_version = Some("v1".into());
         let key = key_of(&svc);
+        // The one part of `status` a request may carry: the LoadBalancer ingress the
+        // cluster's load-balancer controller assigned (this node answers on those IPs).
+        let ingress = svc
+            .status
+            .as_ref()
+            .map(|s| s.load_balancer.ingress.clone())
+            .filter(|i| !i.is_empty() && svc.service_type() == ServiceType::LoadBalancer);
         let old = self.services.get(&key).cloned();
         let prev = self.held.get(&key).cloned().unwrap_or_default();
         let mut taken = Taken::default();
@@ -383,6 +390,13 @@ impl Registry {
             None => {
                 svc.status = Some(Default::default());
                 svc.metadata.generation = Some(1);
+            }
+        }
+        if let Some(ingress) = ingress {
+            svc.status.get_or_insert_with(Default::default).load_balancer.ingress = ingress;
+        } else if svc.service_type() != ServiceType::LoadBalancer {
+            if let Some(st) = &mut svc.status {
+                st.load_balancer.ingress.clear();
             }
         }
         let action = meta::stamp(&mut svc.metadata, old.as_ref().map(|o| &o.metadata), stamp);

@@ -891,3 +891,26 @@ mod prop {
         }
     }
 }
+
+#[test]
+fn load_balancer_ingress_from_the_request_is_kept_and_other_status_is_not() {
+    let mut r = reg();
+    let mut lb: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.9.9"}]}}
+    }))
+    .unwrap();
+    let (_, stored) = r.apply_service(lb.clone(), &stamp()).unwrap();
+    assert_eq!(stored.status.as_ref().unwrap().load_balancer.ingress[0].ip.as_deref(), Some("198.18.9.9"));
+    // Re-applying without status keeps what the controller reported.
+    lb.status = None;
+    let (_, stored) = r.apply_service(lb.clone(), &stamp()).unwrap();
+    assert_eq!(stored.status.as_ref().unwrap().load_balancer.ingress.len(), 1);
+    // A ClusterIP service never carries ingress.
+    lb.spec.type_ = Some("ClusterIP".into());
+    lb.status = Some(Default::default());
+    lb.status.as_mut().unwrap().load_balancer.ingress = stored.status.unwrap().load_balancer.ingress;
+    let (_, stored) = r.apply_service(lb, &stamp()).unwrap();
+    assert!(stored.status.unwrap().load_balancer.ingress.is_empty());
+}

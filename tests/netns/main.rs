@@ -189,9 +189,10 @@ fn daemon_carries_traffic() {
     let took = wait_for(&t, "rt", "the applied services in the kernel", programmed, Duration::from_secs(5));
     eprintln!("ok: applied objects programmed {took:?} after nodeportctl returned");
 
-    // An API server does not take status from a client; the daemon may not either.
-    let with_lb_status = ctl("get svc lb-deny -n default -o json").contains("198.18.3.50");
-    scenarios::run_all(&t, with_lb_status);
+    // The daemon keeps the LoadBalancer ingress a cluster's controller reported.
+    let lb = ctl("get svc lb-deny -n default -o json");
+    assert!(lb.contains("198.18.3.50"), "the stored LoadBalancer service lost its ingress IP: {lb}");
+    scenarios::run_all(&t, true);
 
     // Stale UDP conntrack: a client keeps one socket (one conntrack entry) to the echo
     // service; when its endpoint goes away, the next datagram must reach the other one
