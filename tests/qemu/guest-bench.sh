@@ -14,6 +14,7 @@ ms() {
 	echo $((${up%.*}${up#*.} * 10))
 }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$(cat /tmp/nodeportd.pid)/status"; }
+avail() { awk '/^MemAvailable:/ { print $2 }' /proc/meminfo; }
 fail() {
 	echo "bench: $*"
 	tail -n 20 /tmp/nodeportd.log
@@ -62,6 +63,7 @@ pid=$(cat /tmp/nodeportd.pid)
 kill -0 "$pid" || fail "daemon not running"
 wait_in_sync >/dev/null || fail "never in sync before the benchmark"
 rss_idle=$(rss)
+avail_idle=$(avail)
 
 i=0
 while [ "$i" -lt "$n" ]; do
@@ -76,6 +78,7 @@ i=0
 while [ "$i" -lt "$n" ]; do
 	nodeportctl apply -f "/tmp/bench-$i.json" >/dev/null || fail "apply of batch $i failed"
 	i=$((i + batch))
+	echo "applied $i services after $(($(ms) - t0)) ms, MemAvailable $(avail) kB, VmRSS $(rss) kB"
 done
 t1=$(ms)
 last=$(wait_in_sync) || fail "not in sync after applying $n services"
@@ -83,6 +86,7 @@ t2=$(ms)
 rm -f /tmp/bench-*.json
 sleep 1
 rss_full=$(rss)
+avail_full=$(avail)
 rules=$(nft list table inet nodeportd 2>/dev/null | wc -l)
 
 # A full sync from scratch: the daemon restarts on its persisted state with no
@@ -106,8 +110,10 @@ last_restart=$(wait_in_sync) || fail "not in sync after restart"
 t5=$(ms)
 rss_restart=$(rss)
 
+echo "kernel+daemon: MemAvailable ${avail_idle} kB idle, ${avail_full} kB with ${n}x${per} ($(((avail_idle - avail_full) / 1024)) MiB used)"
 echo "idle VmRSS ${rss_idle} kB; ${n}x${per}: VmRSS ${rss_full} kB, apply $((t1 - t0)) ms, in sync after $((t2 - t0)) ms (daemon: ${last} ms), ${rules} nft lines"
 echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon: ${last_restart} ms), VmRSS ${rss_restart} kB"
 startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
-# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) | restart to in sync
-echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | $((t1 - t0)) ms | $((t2 - t0)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms)"
+# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) |
+# restart to in sync (daemon's sync) | MemAvailable drop
+echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | $((t1 - t0)) ms | $((t2 - t0)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms) | $(((avail_idle - avail_full) / 1024)) MiB"

@@ -10,6 +10,9 @@
 #   NP_QEMU_BOOT_TIMEOUT  seconds to wait for the guest to come up (default 300)
 #   NP_QEMU_REBUILD=1     rebuild the daemon and the ipk even if dist/ has them
 #   NP_QEMU_BENCH=0       skip the 1 000-service benchmark
+#   NP_QEMU_MEM           guest RAM in MiB (default 256: with 1 000 services x 3
+#                         endpoints the kernel's nf_tables commit ran a 128 MiB
+#                         guest out of memory)
 #   NP_QEMU_BENCH_OUT     file the benchmark table rows are appended to
 #                         (default: <work>/bench.md)
 #
@@ -21,6 +24,7 @@ HERE=$ROOT/tests/qemu
 WORK=${NP_QEMU_WORK:-$ROOT/.build/qemu}
 BOOT_TIMEOUT=${NP_QEMU_BOOT_TIMEOUT:-300}
 BENCH=${NP_QEMU_BENCH:-1}
+GUEST_MEM=${NP_QEMU_MEM:-256}
 BENCH_OUT=${NP_QEMU_BENCH_OUT:-$WORK/bench.md}
 ALL_ARCHES=(mipsel aarch64 armhf s390x)
 
@@ -370,7 +374,7 @@ start_guest() {
 	log "booting $(basename "$KERNEL") ($KVER)"
 	BOOT_T0=$(date +%s.%N)
 	# timeout: a guest must never outlive a CI job, whatever happens to us.
-	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" -m 128 -smp 1 \
+	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" -m "$GUEST_MEM" -smp 1 \
 		-nodefaults -display none -monitor none -no-reboot \
 		-kernel "$KERNEL" -initrd "$d/initrd.gz" -append "$append" \
 		-chardev "pipe,id=con,path=$d/con" -serial chardev:con \
