@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 requests=${1:-10}
 
 die() { echo "demo: $*" >&2; exit 1; }
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [ -t 1 ]; then bold='\033[1m' plain='\033[0m'; else bold='' plain=''; fi
+say() { printf "\n${bold}== %s${plain}\n" "$*"; }
 
 [ "$(id -u)" = 0 ] || die "run me as root (I create network namespaces)"
 for tool in ip nft python3 curl; do
@@ -77,7 +78,9 @@ echo "(the backends have no route to 198.18.1.0/24)"
 
 say "backends: an HTTP server on :8080 in each, answering its name and the client it saw"
 for b in b1 b2; do
-	in_ns "$b" python3 tests/netns/backend.py "$b" 8080 >"$work/$b.out" &
+	# Not through in_ns: `ip netns exec` execs the program, so $! is the program itself
+	# and the cleanup can stop it by its PID.
+	ip netns exec "$p-$b" python3 tests/netns/backend.py "$b" 8080 >"$work/$b.out" &
 	pids="$pids $!"
 done
 
@@ -89,7 +92,7 @@ state_dir = "$work/state"
 service_cluster_ip_ranges = ["198.19.0.0/16"]
 EOF
 cat "$work/nodeportd.toml"
-in_ns router "$bin" --config "$work/nodeportd.toml" --log stderr 2>"$work/nodeportd.log" &
+ip netns exec "$p-router" "$bin" --config "$work/nodeportd.toml" --log stderr >"$work/nodeportd.out" 2>"$work/nodeportd.log" &
 pids="$pids $!"
 
 i=0

@@ -30,9 +30,9 @@ fn main() {
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     println!(
-        "| services | full sync (netlink) | full sync, table present | partial sync (1 endpoint) | partial msgs | partial bytes | full msgs | nft -f full | nft -f partial |"
+        "| services | full sync (netlink) | full sync, table present | partial sync (1 endpoint) | of which planning | partial msgs | partial bytes | full msgs | nft -f full | nft -f partial |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for n in sizes {
         rt.block_on(run(n));
     }
@@ -101,6 +101,10 @@ async fn run(n: usize) {
     }
     parts.sort();
     let part = stats.unwrap_or_default();
+    let t = start(false);
+    let plan = nft::sync::partial_sync_ops(&prev, &next).expect("plan");
+    let plan_t = stop(t, false);
+    drop(plan);
     let drift = nft::list::verify(&mut s, &next).await.expect("verify");
     assert!(drift.is_empty(), "kernel differs after partial sync: {drift:?}");
 
@@ -109,10 +113,11 @@ async fn run(n: usize) {
     let nft_full = nft_f(&text);
     let nft_part = nft_f(&partial_text(&prev, &next));
     println!(
-        "| {n} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        "| {n} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         full_t,
         full_again_t,
         Timed { wall: parts[parts.len() / 2].0, cpu: parts[parts.len() / 2].1 },
+        plan_t,
         part.messages,
         part.bytes,
         full.stats.messages,
@@ -287,8 +292,9 @@ fn partial_text(prev: &Ruleset, next: &Ruleset) -> String {
             writeln!(o, "add rule inet {t} {} {}", c.name, rule(ru)).expect("write to String");
         }
     }
+    let wanted: std::collections::HashSet<&str> = next.chains.iter().map(|(c, _)| c.name.as_str()).collect();
     for (c, _) in &prev.chains {
-        if !next.chains.iter().any(|(n, _)| n.name == c.name) {
+        if !wanted.contains(c.name.as_str()) {
             writeln!(o, "delete chain inet {t} {}", c.name).expect("write to String");
         }
     }

@@ -5,6 +5,8 @@
 //! topology of `tests/netns` (client → router → two backends; 198.18.0.0/15 only).
 //! Skips without root, ip, nft and python3 (as `tests/netns` does).
 
+// Shared with tests/netns, which uses more of it than this test does.
+#[allow(dead_code)]
 #[path = "netns/topo.rs"]
 mod topo;
 

@@ -23,7 +23,7 @@ cargo test -- --test-threads=2
 
 if [ -x fuzz/run.sh ]; then
     step "fuzz the request path (bounded)"
-    fuzz/run.sh 60
+    fuzz/run.sh 30
 fi
 
 step "end-to-end: the daemon in network namespaces with real traffic"

@@ -9,8 +9,7 @@ use super::clock;
 use super::State;
 use crate::api::rpc::{opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
-use crate::model::validate::{validate_endpoint_slice, validate_endpoints, validate_service};
-use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service, SERVICE_NAME_LABEL};
+use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Service, SERVICE_NAME_LABEL};
 use crate::registry::{Action, EndpointsKind, Stamp};
 use crate::store::Kind;
 
@@ -148,35 +147,30 @@ fn truncate(s: &str) -> String {
     }
 }
 
-/// Decode a typed object; serde's message names the field that did not fit.
-fn decode<T: serde::de::DeserializeOwned>(v: &Value, kind: &str) -> Result<T, RpcError> {
-    let name = v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    serde_json::from_value(v.clone())
-        .map_err(|e| ApiError::new(crate::model::Reason::Invalid, format!("{kind} \"{name}\" is invalid: {e}")).into())
-}
-
-fn check_kind(v: &Value, want: &[(&str, &str)]) -> Result<String, RpcError> {
-    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
-    let api = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    for (k, a) in want {
-        if kind == *k && (api.is_empty() || api == *a) {
-            return Ok(kind.to_string());
-        }
+/// Parse one object of the kinds a method takes, with the field path in type errors
+/// and kubectl's wording for a wrong kind; then validate it as the API server does.
+fn parse_one(v: &Value, default_kind: Option<(&str, &str)>, wanted: &str) -> Result<AnyObject, RpcError> {
+    let mut v = v.clone();
+    if let (Some((kind, api)), Value::Object(map)) = (default_kind, &mut v) {
+        map.entry("kind").or_insert_with(|| json!(kind));
+        map.entry("apiVersion").or_insert_with(|| json!(api));
     }
-    let wanted: Vec<String> = want.iter().map(|(k, a)| format!("{a} {k}")).collect();
-    Err(RpcError::invalid_params(format!(
-        "object: Invalid value: apiVersion {api:?} kind {kind:?}: expected {}",
-        wanted.join(" or ")
-    )))
+    let mut objs = parse_object(v)?;
+    if objs.len() != 1 {
+        return Err(RpcError::invalid_params(format!(
+            "params.object: Invalid value: a list of {} objects: send one {wanted} per request",
+            objs.len()
+        )));
+    }
+    let obj = objs.remove(0);
+    obj.validate()?;
+    Ok(obj)
 }
 
 fn service_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let v = object_param(params)?;
-    if v.get("kind").is_some() {
-        check_kind(v, &[("Service", "v1")])?;
-    }
-    let svc: Service = decode(v, "Service")?;
-    validate_service(&svc)?;
+    let AnyObject::Service(svc) = parse_one(object_param(params)?, Some(("Service", "v1")), "Service")? else {
+        return Err(RpcError::invalid_params("params.object: Invalid value: not a Service: use endpoints.apply"));
+    };
     let ns = svc.namespace().to_string();
     let name = svc.name().to_string();
     let previous = st.registry.get_service(&ns, &name).ok();
@@ -203,16 +197,10 @@ fn service_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
 }
 
 fn endpoints_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let v = object_param(params)?;
-    let kind = check_kind(v, &[("Endpoints", "v1"), ("EndpointSlice", "discovery.k8s.io/v1")])?;
-    let obj = if kind == "Endpoints" {
-        let e: Endpoints = decode(v, "Endpoints")?;
-        validate_endpoints(&e)?;
-        EndpointsObject::Endpoints(e)
-    } else {
-        let s: EndpointSlice = decode(v, "EndpointSlice")?;
-        validate_endpoint_slice(&s)?;
-        EndpointsObject::Slice(s)
+    let obj = parse_one(object_param(params)?, None, "Endpoints or EndpointSlice")?;
+    let kind = obj.kind();
+    let Some(obj) = obj.into_endpoints() else {
+        return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
     };
     let (k, ns, name) = match &obj {
         EndpointsObject::Endpoints(e) => {

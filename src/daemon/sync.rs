@@ -20,6 +20,7 @@ use crate::conntrack::{self, UdpFlowFilter};
 use crate::dataplane::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 use crate::led::LedState;
 use crate::model::{Protocol, Service, ServiceType};
+use crate::nft::sync::Syncer;
 use crate::nft::{self, EventStream, Family, NftSocket, Ruleset, TableEvent};
 
 /// `status.dataplane`.
@@ -46,7 +47,7 @@ pub enum Engine {
     /// `--dry-run`: print it.
     DryRun,
     Kernel {
-        sock: NftSocket,
+        syncer: Box<Syncer>,
         events: Option<EventStream>,
     },
 }
@@ -58,10 +59,10 @@ impl Engine {
         if dry_run {
             return Ok(Engine::DryRun);
         }
-        let sock = NftSocket::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
+        let syncer = Syncer::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
         let events = match EventStream::new(NFPROTO_INET, &cfg.table) {
             Ok(mut ev) => {
-                ev.ignore_socket(&sock);
+                ev.ignore_socket(syncer.socket());
                 Some(ev)
             }
             Err(e) => {
@@ -69,7 +70,7 @@ impl Engine {
                 None
             }
         };
-        Ok(Engine::Kernel { sock, events })
+        Ok(Engine::Kernel { syncer: Box::new(syncer), events })
     }
 }
 
@@ -102,8 +103,6 @@ struct UdpPort {
 struct Cache {
     pieces: BTreeMap<Key, ServicePieces>,
     udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
-    /// What the kernel holds (after the last successful transaction).
-    applied: Option<Ruleset>,
     /// What `--dry-run` printed last.
     printed: Option<String>,
 }
@@ -257,7 +256,7 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
         let started = Instant::now();
         let (rs, stale, full) = {
             let mut s = st.borrow_mut();
-            let full = s.full_resync || cache.applied.is_none();
+            let full = s.full_resync;
             s.full_resync = false;
             s.node_changed = false;
             let (rs, stale) = desired(&mut s, &mut cache, full);
@@ -280,18 +279,16 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                 }
                 Ok((0, full))
             }
-            Engine::Kernel { sock, .. } => {
-                let r = match (&cache.applied, full) {
-                    (Some(prev), false) => nft::partial_sync(sock, prev, &rs).await,
-                    _ => nft::full_sync(sock, &rs).await,
-                };
-                r.map(|rep| (rep.stats.messages as u64, rep.full)).map_err(|e| e.to_string())
+            Engine::Kernel { syncer, .. } => {
+                if full {
+                    syncer.invalidate();
+                }
+                syncer.apply(rs).await.map(|rep| (rep.stats.messages as u64, rep.full)).map_err(|e| e.to_string())
             }
         };
         let elapsed = started.elapsed();
         let ok = match result {
             Ok((messages, was_full)) => {
-                cache.applied = Some(rs);
                 backoff = Duration::from_millis(200);
                 let mut s = st.borrow_mut();
                 let dp = &mut s.dataplane;
@@ -312,9 +309,8 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                 let mut s = st.borrow_mut();
                 s.dataplane.in_sync = false;
                 s.dataplane.last_error = Some(e);
+                // The next sync rebuilds and replaces everything.
                 s.full_resync = true;
-                // A full sync rebuilds and replaces everything.
-                cache.applied = None;
                 false
             }
         };

@@ -142,6 +142,13 @@ const CASES: &[Case] = &[
         backends: &[("", &["198.18.2.11:80 serving terminating", "198.18.2.12:80 terminating", "198.18.2.13:80"])],
     },
     Case {
+        name: "internal-local",
+        service: r#"{"metadata":{"name":"node-local-dns","namespace":"kube-system"},
+            "spec":{"clusterIP":"198.19.0.110","internalTrafficPolicy":"Local",
+            "ports":[{"port":53,"protocol":"UDP"}]}}"#,
+        backends: &[("", &["198.18.2.11:53 ready node=router-1", "198.18.2.12:53 ready node=node-2"])],
+    },
+    Case {
         name: "source-ranges",
         service: r#"{"metadata":{"name":"admin","namespace":"default"},
             "spec":{"type":"LoadBalancer","clusterIP":"198.19.0.100",

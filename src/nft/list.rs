@@ -1,6 +1,8 @@
 //! Listing our table from the kernel (chains, rules, sets, elements) and
 //! comparing it with a desired ruleset, to verify a sync and detect drift.
 
+use std::collections::{HashMap, HashSet};
+
 use netlink_packet_core::DecodeError;
 
 use super::error::NftError;
@@ -105,6 +107,7 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
         };
         chains.push(KernelChain { name, hook, rules: vec![] });
     }
+    let index: HashMap<String, usize> = chains.iter().enumerate().map(|(i, c)| (c.name.clone(), i)).collect();
     let rules = sock.dump(NfMsg::new(MsgType::GetRule, family, vec![Attr::str(wire::rule::TABLE, table)])).await?;
     for m in rules {
         if m.attrs.str_of(wire::rule::TABLE).map_err(dec)?.as_deref() != Some(table) {
@@ -122,8 +125,8 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
             exprs,
             comment: m.attrs.attr(wire::rule::USERDATA).and_then(|u| lower::rule_comment(u.payload())),
         };
-        if let Some(c) = chains.iter_mut().find(|c| c.name == chain) {
-            c.rules.push(rule);
+        if let Some(&i) = index.get(&chain) {
+            chains[i].rules.push(rule);
         }
     }
     let mut sets = Vec::new();
@@ -183,8 +186,10 @@ fn normalize(e: &Expr) -> Expr {
 pub fn diff(desired: &Ruleset, kernel: &KernelTable) -> Result<Vec<String>, NftError> {
     let mut out = Vec::new();
     let mut l = Lowerer::new(desired.family, &desired.table);
+    let kchains: HashMap<&str, &KernelChain> = kernel.chains.iter().map(|k| (k.name.as_str(), k)).collect();
+    let want_chains: HashSet<&str> = desired.chains.iter().map(|(c, _)| c.name.as_str()).collect();
     for (c, rules) in &desired.chains {
-        let Some(k) = kernel.chains.iter().find(|k| k.name == c.name) else {
+        let Some(k) = kchains.get(c.name.as_str()) else {
             out.push(format!("chain {} is missing", c.name));
             continue;
         };
@@ -206,7 +211,7 @@ pub fn diff(desired: &Ruleset, kernel: &KernelTable) -> Result<Vec<String>, NftE
         }
     }
     for k in &kernel.chains {
-        if !desired.chains.iter().any(|(c, _)| c.name == k.name) {
+        if !want_chains.contains(k.name.as_str()) {
             out.push(format!("unexpected chain {}", k.name));
         }
     }

@@ -9,7 +9,7 @@
 //! * Type `ClusterIP` and `ExternalName` hold no node ports (a type change releases
 //!   them); `ExternalName` holds no cluster IP either. `healthCheckNodePort` exists for
 //!   `LoadBalancer` with `externalTrafficPolicy: Local`. `allocateLoadBalancerNodePorts:
-//!   false` gives a LoadBalancer only the node ports it names.
+//!   false` gives a LoadBalancer no new dynamic node ports (named or kept ones stay).
 //! * `clusterIPs` follow `ipFamilyPolicy` (SingleStack by default) and `ipFamilies`
 //!   (the first configured family by default); `None` is headless. Once set they may
 //!   not change, except that a dual-stack policy can add the second family and going
@@ -163,7 +163,16 @@ impl Registry {
                 ));
             }
         }
-        let req = carried_ips(svc);
+        // As the API server does: an update without `clusterIPs` whose `clusterIP` is
+        // absent or the stored primary keeps all stored IPs (the secondary included).
+        let inherit = svc.spec.cluster_ips.is_empty()
+            && !old_ips.is_empty()
+            && svc
+                .spec
+                .cluster_ip
+                .as_deref()
+                .is_none_or(|c| c.is_empty() || Some(c) == old_ips.first().map(String::as_str));
+        let req = if inherit { old_ips.clone() } else { carried_ips(svc) };
         for (i, (new, was)) in req.iter().zip(&old_ips).enumerate() {
             if new != was {
                 return Err(invalid(&format!("spec.clusterIPs[{i}]"), &json_list(&req), "may not change once set"));
@@ -235,7 +244,7 @@ impl Registry {
                 }
             }
         }
-        let asked_two = given_families.len() == 2 || req.len() == 2;
+        let asked_two = given_families.len() == 2 || svc.spec.cluster_ips.len() == 2;
         let policy: String = match svc.spec.ip_family_policy.clone() {
             Some(p) => p,
             None if asked_two => REQUIRE.into(),
@@ -447,23 +456,25 @@ impl Registry {
             held.ports.insert(port);
             *slot = Some(port);
         }
-        if wants_all {
-            // Then what an update keeps from the stored object.
-            for (i, slot) in assigned.iter_mut().enumerate() {
-                if slot.is_some() {
-                    continue;
-                }
-                let p = &svc.spec.ports[i];
-                let kept = match_old(old_ports, p).and_then(|o| o.node_port).and_then(|v| u16::try_from(v).ok());
-                let Some(np) = kept.filter(|np| prev.ports.contains(np)) else { continue };
-                let protos = used.entry(np).or_default();
-                if protos.contains(&p.proto()) {
-                    continue;
-                }
-                protos.push(p.proto());
-                held.ports.insert(np);
-                *slot = Some(np);
+        // Then what an update keeps from the stored object. This holds with
+        // `allocateLoadBalancerNodePorts: false` too: like Kubernetes, turning it off
+        // does not take away node ports a Service already has.
+        for (i, slot) in assigned.iter_mut().enumerate() {
+            if slot.is_some() {
+                continue;
             }
+            let p = &svc.spec.ports[i];
+            let kept = match_old(old_ports, p).and_then(|o| o.node_port).and_then(|v| u16::try_from(v).ok());
+            let Some(np) = kept.filter(|np| prev.ports.contains(np)) else { continue };
+            let protos = used.entry(np).or_default();
+            if protos.contains(&p.proto()) {
+                continue;
+            }
+            protos.push(p.proto());
+            held.ports.insert(np);
+            *slot = Some(np);
+        }
+        if wants_all {
             // Then new dynamic ones, shared between protocols of one port number.
             for i in 0..n {
                 if assigned[i].is_some() {

@@ -285,6 +285,12 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     let (_, s4) = r.apply_service(no, &stamp()).unwrap();
     assert_eq!(s4.spec.ports[0].node_port, None);
     assert_eq!(s4.spec.ports[1].node_port, Some(30020));
+    // Turning allocation off on a Service that has node ports keeps them.
+    let mut off = s.clone();
+    off.spec.allocate_load_balancer_node_ports = Some(false);
+    off.spec.ports[0].node_port = None;
+    let (_, s5) = r.apply_service(off, &stamp()).unwrap();
+    assert_eq!(node_ports(&s5), node_ports(&s));
 }
 
 #[test]
@@ -361,6 +367,26 @@ fn cluster_ip_is_immutable_but_may_be_omitted() {
         )
         .unwrap_err();
     assert!(e.message.contains("may not change once set"), "{e}");
+}
+
+#[test]
+fn dual_stack_update_naming_only_the_primary_keeps_the_secondary() {
+    let mut r = Registry::with_seed(range(), &dual(), 4);
+    let (_, s) = r
+        .apply_service(svc(json!({"metadata": {"name": "ds"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}})), &stamp())
+        .unwrap();
+    assert_eq!(s.spec.cluster_ips.len(), 2);
+    for spec in [
+        json!({"ports": [{"port": 81}]}),
+        json!({"clusterIP": s.spec.cluster_ips[0], "ports": [{"port": 82}]}),
+        json!({"clusterIP": s.spec.cluster_ips[0], "ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 83}]}),
+    ] {
+        let (a, s2) = r.apply_service(svc(json!({"metadata": {"name": "ds"}, "spec": spec})), &stamp()).unwrap();
+        assert_eq!(a, Action::Configured);
+        assert_eq!(s2.spec.cluster_ips, s.spec.cluster_ips);
+        assert_eq!(s2.spec.ip_family_policy.as_deref(), Some("PreferDualStack"));
+    }
+    assert_eq!(r.cluster_ips[1].allocated().len(), 1);
 }
 
 #[test]
@@ -549,6 +575,66 @@ fn usage_json_shape() {
     assert_eq!(v["serviceCIDRs"][0]["dynamic"]["free"], 65278);
 }
 
+#[test]
+fn reapplying_the_stored_object_is_unchanged() {
+    // What `nodeportctl get svc -o json` prints, applied again, must not move anything.
+    let mut r = Registry::with_seed(range(), &dual(), 9);
+    let objs = [
+        np("web", json!([{"name": "http", "port": 80}, {"name": "dns", "port": 53, "protocol": "UDP"}])),
+        svc(
+            json!({"metadata": {"name": "ds"}, "spec": {"ipFamilyPolicy": "PreferDualStack", "ports": [{"port": 80}]}}),
+        ),
+        svc(
+            json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local", "ports": [{"port": 80}]}}),
+        ),
+        svc(json!({"metadata": {"name": "hl"}, "spec": {"clusterIP": "None", "ports": [{"port": 80}]}})),
+        svc(json!({"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.org"}})),
+    ];
+    for o in objs {
+        let (_, stored) = r.apply_service(o, &stamp()).unwrap();
+        let usage = r.usage();
+        let (a, again) = r.apply_service(stored.clone(), &stamp()).unwrap();
+        assert_eq!(a, Action::Unchanged, "{}", stored.name());
+        assert_eq!(again, stored);
+        assert_eq!(r.usage(), usage);
+    }
+}
+
+#[test]
+fn type_change_nodeport_to_loadbalancer_keeps_ports_and_bumps_generation() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    assert_eq!(s.metadata.generation, Some(1));
+    let mut lb = np("web", json!([{"port": 80}]));
+    lb.spec.type_ = Some("LoadBalancer".into());
+    let (a, s2) = r.apply_service(lb, &stamp()).unwrap();
+    assert_eq!(a, Action::Configured);
+    assert_eq!(node_ports(&s2), node_ports(&s));
+    assert_eq!(s2.metadata.generation, Some(2));
+    assert_eq!(r.node_ports.allocated().len(), 1);
+}
+
+#[test]
+fn restore_keeps_endpoints_and_backends() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    let (_, e) = r
+        .apply_endpoints(
+            slice(
+                "web-1",
+                "web",
+                json!({"addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.0.1"]}]}),
+            ),
+            &stamp(),
+        )
+        .unwrap();
+    let (r2, problems) = Registry::restore(range(), &v4(), vec![s.clone()], vec![e]);
+    assert!(problems.is_empty());
+    assert_eq!(r2.backends(&s), r.backends(&s));
+    assert_eq!(r2.backends(&s)[0].backends.len(), 1);
+    assert_eq!(r2.endpoint_slice_count(), 1);
+}
+
 // ---- endpoints ----
 
 fn slice(name: &str, svc_name: &str, v: serde_json::Value) -> EndpointsObject {
@@ -679,8 +765,20 @@ mod prop {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Apply { name: u8, ty: u8, ports: Vec<(u8, u8, Option<u8>)>, ip: Option<u8>, policy: u8 },
-        Delete { name: u8 },
+        Apply {
+            name: u8,
+            ty: u8,
+            ports: Vec<(u8, u8, Option<u8>)>,
+            ip: Option<u8>,
+            policy: u8,
+        },
+        Delete {
+            name: u8,
+        },
+        /// Apply the stored object as read back: must be `unchanged`.
+        Reapply {
+            name: u8,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -689,6 +787,7 @@ mod prop {
             4 => (0u8..8, 0u8..6, proptest::collection::vec(port, 1..4), proptest::option::weighted(0.3, 0u8..34), 0u8..4)
                 .prop_map(|(name, ty, ports, ip, policy)| Op::Apply { name, ty, ports, ip, policy }),
             1 => (0u8..8).prop_map(|name| Op::Delete { name }),
+            1 => (0u8..8).prop_map(|name| Op::Reapply { name }),
         ]
     }
 
@@ -767,6 +866,15 @@ mod prop {
                         r.apply_service(build(name, ty, &ports, ip, policy), &stamp()).is_err()
                     }
                     Op::Delete { name } => r.delete_service("default", &format!("s{name}")).is_err(),
+                    Op::Reapply { name } => match r.get_service("default", &format!("s{name}")) {
+                        Ok(stored) => {
+                            let (a, again) = r.apply_service(stored.clone(), &stamp()).map_err(|e| TestCaseError::fail(e.message))?;
+                            prop_assert_eq!(a, Action::Unchanged);
+                            prop_assert_eq!(again, stored);
+                            false
+                        }
+                        Err(_) => true,
+                    },
                 };
                 if failed {
                     prop_assert_eq!(r.list_services(None), before_svcs);

@@ -90,7 +90,26 @@ fn must(cmd: &mut Command) -> String {
 }
 
 impl Topo {
+    /// Removes namespaces an earlier run of these tests left behind when it was killed
+    /// (no Drop ran): named `npdp<PID>…` after a process that no longer exists, and empty.
+    fn remove_leftovers() {
+        let Ok(dir) = std::fs::read_dir("/run/netns") else { return };
+        for entry in dir.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("npdp") else { continue };
+            let pid: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if pid.is_empty() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                continue;
+            }
+            let busy = Command::new("ip").args(["netns", "pids", &name]).output().map(|o| !o.stdout.is_empty());
+            if matches!(busy, Ok(false)) {
+                let _ = Command::new("ip").args(["netns", "del", &name]).output();
+            }
+        }
+    }
+
     pub fn new(tag: &str) -> Topo {
+        Topo::remove_leftovers();
         // Unique per process and test, short enough for namespace names, and with a
         // prefix of our own so parallel runs of other test suites never collide.
         // run.sh passes its own prefix so that its trap can remove what a killed test left.
