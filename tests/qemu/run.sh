@@ -13,6 +13,8 @@
 #   NP_QEMU_MEM           guest RAM in MiB (default 256: with 1 000 services x 3
 #                         endpoints the kernel's nf_tables commit ran a 128 MiB
 #                         guest out of memory)
+#   NP_QEMU_BENCH_SERVICES, NP_QEMU_BENCH_BATCH  size of the benchmark (1000, in
+#                         batches of 100 services with 3 endpoints each)
 #   NP_QEMU_BENCH_OUT     file the benchmark table rows are appended to
 #                         (default: <work>/bench.md)
 #
@@ -712,9 +714,9 @@ check_dataplane() {
 
 # ------------------------------------------------------------------ benchmark
 
-BENCH_SERVICES=1000
+BENCH_SERVICES=${NP_QEMU_BENCH_SERVICES:-1000}
 BENCH_ENDPOINTS=3
-BENCH_BATCH=100
+BENCH_BATCH=${NP_QEMU_BENCH_BATCH:-100}
 
 # Driven from here one batch at a time: progress shows in the log, and a
 # guest that runs out of memory half-way still tells how far it got.
@@ -738,7 +740,7 @@ run_bench() {
 	BENCH_LINE=$(grep '^@@BENCH ' <<<"$out" | tail -n1 | cut -d' ' -f2- || true)
 	if [ -n "$BENCH_LINE" ]; then
 		pass benchmark
-		printf '| %s | %s | %s |\n' "$ARCH" "$BENCH_LINE" "$KVER" >>"$BENCH_OUT"
+		printf '| %s | %s | %s | %s |\n' "$ARCH" "${BENCH_SERVICES}x$BENCH_ENDPOINTS" "$BENCH_LINE" "$KVER" >>"$BENCH_OUT"
 	else
 		fail benchmark "no result"
 	fi
