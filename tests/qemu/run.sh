@@ -751,7 +751,10 @@ run_bench() {
 run_arch() {
 	local t0 f line
 	t0=$(date +%s)
+	# A subshell: its own traps, so a timeout or ^C still removes its guest,
+	# namespaces and taps.
 	trap cleanup_arch EXIT
+	trap 'exit 130' INT TERM
 	arch_vars "$1"
 	mkdir -p "$RUN/$ARCH"
 	fetch_guest
