@@ -1,12 +1,15 @@
 #!/bin/sh
-# Footprint benchmark, run inside the emulated router by tests/qemu/run.sh:
-#   sh /qemu/bench.sh SERVICES ENDPOINTS_PER_SERVICE
+# Footprint benchmark, run inside the emulated router by tests/qemu/run.sh in
+# steps, so that the host sees progress and a guest that dies mid-way still
+# leaves its partial figures in the log:
+#   sh /qemu/bench.sh prepare SERVICES ENDPOINTS_PER_SERVICE BATCH
+#   sh /qemu/bench.sh apply FIRST          (one batch of BATCH services)
+#   sh /qemu/bench.sh finish               (prints "@@BENCH <table cells>")
 # Needs a running daemon whose pid is in /tmp/nodeportd.pid and whose config's
-# path is in /tmp/nodeportd.cfgpath.  Prints "@@BENCH <markdown table cells>" last.
+# path is in /tmp/nodeportd.cfgpath.
 set -u
-n=${1:-1000}
-per=${2:-3}
-batch=100
+state=/tmp/bench.state
+n=0 per=0 rss_idle=0 avail_idle=0 slab_idle=0 apply_ms=0
 
 # busybox date has no %N: /proc/uptime counts in 10 ms steps.
 ms() {
@@ -14,6 +17,8 @@ ms() {
 	echo $((${up%.*}${up#*.} * 10))
 }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$(cat /tmp/nodeportd.pid)/status"; }
+avail() { awk '/^MemAvailable:/ { print $2 }' /proc/meminfo; }
+slab() { awk '/^Slab:/ { print $2 }' /proc/meminfo; }
 fail() {
 	echo "bench: $*"
 	tail -n 20 /tmp/nodeportd.log
@@ -38,7 +43,7 @@ wait_in_sync() {
 
 # One List per batch: Services and EndpointSlices, endpoints in 198.18.128.0/17.
 gen() {
-	awk -v first="$1" -v last="$2" -v per="$per" 'BEGIN {
+	awk -v first="$1" -v last="$2" -v per="$3" 'BEGIN {
 		printf "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":["
 		sep = ""
 		for (i = first; i < last; i++) {
@@ -58,56 +63,78 @@ gen() {
 	}'
 }
 
-pid=$(cat /tmp/nodeportd.pid)
-kill -0 "$pid" || fail "daemon not running"
-wait_in_sync >/dev/null || fail "never in sync before the benchmark"
-rss_idle=$(rss)
+case ${1:-} in
+prepare)
+	n=$2 per=$3 batch=$4
+	kill -0 "$(cat /tmp/nodeportd.pid)" || fail "daemon not running"
+	wait_in_sync >/dev/null || fail "never in sync before the benchmark"
+	i=0
+	while [ "$i" -lt "$n" ]; do
+		j=$((i + batch))
+		[ "$j" -le "$n" ] || j=$n
+		gen "$i" "$j" "$per" >"/tmp/bench-$i.json"
+		i=$j
+	done
+	{
+		echo "n=$n per=$per batch=$batch"
+		echo "rss_idle=$(rss) avail_idle=$(avail) slab_idle=$(slab)"
+		echo "apply_ms=0"
+	} >"$state"
+	echo "idle: VmRSS $(rss) kB, MemAvailable $(avail) kB, Slab $(slab) kB"
+	;;
+apply)
+	# shellcheck source=/dev/null
+	. "$state"
+	t=$(ms)
+	nodeportctl apply -f "/tmp/bench-$2.json" >/dev/null || fail "apply of the batch from s$2 failed"
+	d=$(($(ms) - t))
+	echo "apply_ms=$((apply_ms + d))" >>"$state"
+	rm -f "/tmp/bench-$2.json"
+	echo "batch s$2: $d ms; VmRSS $(rss) kB, MemAvailable $(avail) kB, Slab $(slab) kB"
+	;;
+finish)
+	# shellcheck source=/dev/null
+	. "$state"
+	t1=$(ms)
+	last=$(wait_in_sync) || fail "not in sync after applying $n services"
+	t2=$(ms)
+	sleep 1
+	rss_full=$(rss) avail_full=$(avail) slab_full=$(slab)
+	rules=$(nft list table inet nodeportd 2>/dev/null | wc -l)
 
-i=0
-while [ "$i" -lt "$n" ]; do
-	j=$((i + batch))
-	[ "$j" -le "$n" ] || j=$n
-	gen "$i" "$j" >"/tmp/bench-$i.json"
-	i=$j
-done
+	# A full sync from scratch: the daemon restarts on its persisted state with
+	# no table in the kernel, as after a reboot.
+	pid=$(cat /tmp/nodeportd.pid)
+	kill "$pid"
+	i=0
+	while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 300 ]; do
+		sleep 0.1
+		i=$((i + 1))
+	done
+	nft delete table inet nodeportd 2>/dev/null
+	t3=$(ms)
+	nodeportd --config "$(cat /tmp/nodeportd.cfgpath)" --log stderr </dev/null >>/tmp/nodeportd.log 2>&1 &
+	echo $! >/tmp/nodeportd.pid
+	until nodeportctl status >/dev/null 2>&1; do
+		kill -0 "$(cat /tmp/nodeportd.pid)" 2>/dev/null || fail "daemon died on restart"
+		sleep 0.05
+	done
+	t4=$(ms)
+	last_restart=$(wait_in_sync) || fail "not in sync after restart"
+	t5=$(ms)
+	rss_restart=$(rss)
+	startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
+	kernel_mib=$(((avail_idle - avail_full) / 1024))
 
-t0=$(ms)
-i=0
-while [ "$i" -lt "$n" ]; do
-	nodeportctl apply -f "/tmp/bench-$i.json" >/dev/null || fail "apply of batch $i failed"
-	i=$((i + batch))
-done
-t1=$(ms)
-last=$(wait_in_sync) || fail "not in sync after applying $n services"
-t2=$(ms)
-rm -f /tmp/bench-*.json
-sleep 1
-rss_full=$(rss)
-rules=$(nft list table inet nodeportd 2>/dev/null | wc -l)
-
-# A full sync from scratch: the daemon restarts on its persisted state with no
-# table in the kernel, as after a reboot.
-kill "$pid"
-i=0
-while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 300 ]; do
-	sleep 0.1
-	i=$((i + 1))
-done
-nft delete table inet nodeportd 2>/dev/null
-t3=$(ms)
-nodeportd --config "$(cat /tmp/nodeportd.cfgpath)" --log stderr </dev/null >>/tmp/nodeportd.log 2>&1 &
-echo $! >/tmp/nodeportd.pid
-until nodeportctl status >/dev/null 2>&1; do
-	kill -0 "$(cat /tmp/nodeportd.pid)" 2>/dev/null || fail "daemon died on restart"
-	sleep 0.05
-done
-t4=$(ms)
-last_restart=$(wait_in_sync) || fail "not in sync after restart"
-t5=$(ms)
-rss_restart=$(rss)
-
-echo "idle VmRSS ${rss_idle} kB; ${n}x${per}: VmRSS ${rss_full} kB, apply $((t1 - t0)) ms, in sync after $((t2 - t0)) ms (daemon: ${last} ms), ${rules} nft lines"
-echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon: ${last_restart} ms), VmRSS ${rss_restart} kB"
-startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
-# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) | restart to in sync
-echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | $((t1 - t0)) ms | $((t2 - t0)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms)"
+	echo "loaded ${n}x${per}: VmRSS ${rss_full} kB, MemAvailable ${avail_full} kB (${kernel_mib} MiB less than idle), Slab ${slab_idle} -> ${slab_full} kB, ${rules} lines of nft list"
+	echo "applied in ${apply_ms} ms (sum of the batches), then in sync after $((t2 - t1)) ms more (daemon's last sync ${last} ms)"
+	echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon's sync ${last_restart} ms), VmRSS ${rss_restart} kB"
+	# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) |
+	# restart to in sync (daemon's sync) | MemAvailable drop
+	echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | ${apply_ms} ms | $((apply_ms + t2 - t1)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms) | ${kernel_mib} MiB"
+	;;
+*)
+	echo "usage: bench.sh prepare N PER BATCH | apply FIRST | finish" >&2
+	exit 2
+	;;
+esac
