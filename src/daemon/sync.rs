@@ -20,7 +20,7 @@ use crate::conntrack::{self, UdpFlowFilter};
 use crate::dataplane::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 use crate::led::LedState;
 use crate::model::{Protocol, Service, ServiceType};
-use crate::nft::sync::Syncer;
+use crate::nft::sync::{partial_sync_ops, Plan};
 use crate::nft::{self, EventStream, Family, NftSocket, Ruleset, TableEvent};
 
 /// `status.dataplane`.
@@ -47,7 +47,7 @@ pub enum Engine {
     /// `--dry-run`: print it.
     DryRun,
     Kernel {
-        syncer: Box<Syncer>,
+        sock: Box<NftSocket>,
         events: Option<EventStream>,
     },
 }
@@ -59,10 +59,10 @@ impl Engine {
         if dry_run {
             return Ok(Engine::DryRun);
         }
-        let syncer = Syncer::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
+        let sock = NftSocket::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
         let events = match EventStream::new(NFPROTO_INET, &cfg.table) {
             Ok(mut ev) => {
-                ev.ignore_socket(syncer.socket());
+                ev.ignore_socket(&sock);
                 Some(ev)
             }
             Err(e) => {
@@ -70,7 +70,7 @@ impl Engine {
                 None
             }
         };
-        Ok(Engine::Kernel { syncer: Box::new(syncer), events })
+        Ok(Engine::Kernel { sock: Box::new(sock), events })
     }
 }
 
@@ -103,6 +103,8 @@ struct UdpPort {
 struct Cache {
     pieces: BTreeMap<Key, ServicePieces>,
     udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
+    /// The fixed part of the table as last built (node addresses live here).
+    skeleton: Option<Ruleset>,
     /// What `--dry-run` printed last.
     printed: Option<String>,
 }
@@ -168,18 +170,41 @@ fn stale_udp(old: &BTreeMap<String, UdpPort>, new: &BTreeMap<String, UdpPort>) -
     out
 }
 
-/// Rebuild the pieces of dirty services (all of them for a full sync) and assemble
-/// the desired table. Returns the conntrack filters the change makes necessary.
-fn desired(st: &mut State, cache: &mut Cache, full: bool) -> (Ruleset, Vec<UdpFlowFilter>) {
+/// What one sync sends to the kernel.
+enum Change {
+    /// Replace the whole table (start, after a failure, drift, config changes).
+    Full(Ruleset),
+    /// Only the changed services and the fixed part, before and after: the diff of
+    /// these small rulesets is the transaction, so an update costs O(changed objects)
+    /// however many services exist.
+    Partial { before: Ruleset, after: Ruleset },
+}
+
+/// The whole desired table.
+fn assemble(skeleton: &Ruleset, cache: &Cache) -> Ruleset {
+    let mut rs = skeleton.clone();
+    for p in cache.pieces.values() {
+        p.clone().merge_into(&mut rs);
+    }
+    rs
+}
+
+/// Rebuild the pieces of dirty services (all of them for a full sync) and say what
+/// changed. Also returns the conntrack filters the change makes necessary.
+fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFilter>) {
     let input = input_for(st);
+    let skeleton = build_skeleton(&input);
+    let full = full || cache.skeleton.is_none();
     let keys: Vec<Key> = if full {
         let mut all: BTreeSet<Key> = cache.pieces.keys().cloned().collect();
         all.extend(st.registry.list_services(None).iter().map(|s| (s.namespace().to_string(), s.name().to_string())));
+        st.dirty.clear();
         all.into_iter().collect()
     } else {
         std::mem::take(&mut st.dirty).into_iter().collect()
     };
-    st.dirty.clear();
+    let mut before = cache.skeleton.take().unwrap_or_default();
+    let mut after = skeleton.clone();
     let mut stale = Vec::new();
     for key in keys {
         let svc = st.registry.get_service(&key.0, &key.1).ok();
@@ -190,25 +215,53 @@ fn desired(st: &mut State, cache: &mut Cache, full: bool) -> (Ruleset, Vec<UdpFl
         if let Some(old_udp) = cache.udp.get(&key) {
             stale.extend(stale_udp(old_udp, &new_udp));
         }
+        let old = cache.pieces.remove(&key);
         match svc {
             Some(svc) => {
                 let backends =
                     st.registry.backends(&svc).into_iter().map(|p| (p.name.unwrap_or_default(), p.backends)).collect();
                 let pieces = build_service(&input, &ServiceInput { service: &svc, backends });
+                if !full {
+                    pieces.clone().merge_into(&mut after);
+                }
                 cache.pieces.insert(key.clone(), pieces);
                 cache.udp.insert(key, new_udp);
             }
             None => {
-                cache.pieces.remove(&key);
                 cache.udp.remove(&key);
             }
         }
+        if let (false, Some(old)) = (full, old) {
+            old.merge_into(&mut before);
+        }
     }
-    let mut rs = build_skeleton(&input);
-    for p in cache.pieces.values() {
-        p.clone().merge_into(&mut rs);
-    }
-    (rs, stale)
+    cache.skeleton = Some(skeleton);
+    let change = if full {
+        Change::Full(assemble(cache.skeleton.as_ref().expect("just set"), cache))
+    } else {
+        Change::Partial { before, after }
+    };
+    (change, stale)
+}
+
+/// Send one change: the diff of a partial change, or the whole table. Returns the
+/// number of netlink messages and whether the table was replaced.
+async fn apply(sock: &mut NftSocket, change: Change, cache: &Cache) -> Result<(u64, bool), String> {
+    let full = match change {
+        Change::Full(rs) => rs,
+        Change::Partial { before, after } => match partial_sync_ops(&before, &after).map_err(|e| e.to_string())? {
+            Plan::Partial(ops) => {
+                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
+                return Ok((stats.messages as u64, false));
+            }
+            Plan::Full(why) => {
+                log::debug!("replacing the table: {why}");
+                assemble(cache.skeleton.as_ref().expect("planned"), cache)
+            }
+        },
+    };
+    let rep = nft::full_sync(sock, &full).await.map_err(|e| e.to_string())?;
+    Ok((rep.stats.messages as u64, true))
 }
 
 /// The sync task: wait for a change, coalesce a burst, apply, report.
@@ -254,37 +307,34 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
         tokio::time::sleep(Duration::from_millis(1)).await;
 
         let started = Instant::now();
-        let (rs, stale, full) = {
+        let (change, stale) = {
             let mut s = st.borrow_mut();
             let full = s.full_resync;
             s.full_resync = false;
             s.node_changed = false;
-            let (rs, stale) = desired(&mut s, &mut cache, full);
-            (rs, stale, full)
+            plan(&mut s, &mut cache, full)
         };
         let result: Result<(u64, bool), String> = match &mut engine {
             Engine::DryRun => {
-                let text = nft::render::render(&rs);
+                // A dry run prints the whole table each time something changed in it.
+                let text = match &change {
+                    Change::Full(rs) => nft::render::render(rs),
+                    Change::Partial { .. } => {
+                        nft::render::render(&assemble(cache.skeleton.as_ref().expect("planned"), &cache))
+                    }
+                };
                 if cache.printed.as_deref() != Some(text.as_str()) {
                     use std::io::Write;
                     let mut out = std::io::stdout().lock();
-                    let _ = writeln!(
-                        out,
-                        "# nodeportd --dry-run: ruleset at {}",
-                        super::clock::rfc3339(std::time::SystemTime::now())
-                    );
+                    let now = super::clock::rfc3339(std::time::SystemTime::now());
+                    let _ = writeln!(out, "# nodeportd --dry-run: ruleset at {now}");
                     let _ = out.write_all(text.as_bytes());
                     let _ = out.flush();
                     cache.printed = Some(text);
                 }
-                Ok((0, full))
+                Ok((0, matches!(change, Change::Full(_))))
             }
-            Engine::Kernel { syncer, .. } => {
-                if full {
-                    syncer.invalidate();
-                }
-                syncer.apply(rs).await.map(|rep| (rep.stats.messages as u64, rep.full)).map_err(|e| e.to_string())
-            }
+            Engine::Kernel { sock, .. } => apply(sock, change, &cache).await,
         };
         let elapsed = started.elapsed();
         let ok = match result {
