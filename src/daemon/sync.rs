@@ -49,6 +49,9 @@ pub enum Engine {
     Kernel {
         sock: Box<NftSocket>,
         events: Option<EventStream>,
+        /// The ruleset generation our last transaction produced: when events are lost,
+        /// an unchanged generation proves nobody else committed since.
+        our_gen: Option<u32>,
     },
 }
 
@@ -70,7 +73,7 @@ impl Engine {
                 None
             }
         };
-        Ok(Engine::Kernel { sock: Box::new(sock), events })
+        Ok(Engine::Kernel { sock: Box::new(sock), events, our_gen: None })
     }
 }
 
@@ -289,7 +292,19 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                     st.borrow_mut().full_resync = true;
                 }
                 Some(Ok(TableEvent::Overrun)) => {
-                    log::warn!("nf_tables events were lost; resyncing");
+                    // Usually our own big commit overflowed the event socket; resyncing
+                    // then would only overflow it again. Ask the kernel instead.
+                    let foreign = match &mut engine {
+                        Engine::Kernel { sock, our_gen, .. } => match (sock.generation().await, *our_gen) {
+                            (Ok(now), Some(ours)) => now != ours,
+                            _ => true,
+                        },
+                        Engine::DryRun => false,
+                    };
+                    if !foreign {
+                        continue;
+                    }
+                    log::warn!("nf_tables events were lost and someone else committed; resyncing");
                     st.borrow_mut().full_resync = true;
                 }
                 Some(Err(e)) => {
@@ -334,7 +349,11 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                 }
                 Ok((0, matches!(change, Change::Full(_))))
             }
-            Engine::Kernel { sock, .. } => apply(sock, change, &cache).await,
+            Engine::Kernel { sock, our_gen, .. } => {
+                let r = apply(sock, change, &cache).await;
+                *our_gen = if r.is_ok() { sock.generation().await.ok() } else { None };
+                r
+            }
         };
         let elapsed = started.elapsed();
         let ok = match result {

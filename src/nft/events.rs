@@ -23,6 +23,9 @@ pub enum TableEvent {
     Overrun,
 }
 
+/// Receive buffer for the event socket.
+const EVENT_RCVBUF: usize = 4 << 20;
+
 pub struct EventStream {
     sock: TokioSocket,
     family: u8,
@@ -40,6 +43,9 @@ impl EventStream {
         let mut sock = TokioSocket::new(NETLINK_NETFILTER).map_err(io("socket"))?;
         sock.socket_mut().bind_auto().map_err(io("bind"))?;
         sock.socket_mut().add_membership(wire::NFNLGRP_NFTABLES).map_err(io("join NFNLGRP_NFTABLES"))?;
+        // A full sync of a big table notifies every object it replaces; a small buffer
+        // overruns on our own commits. Best effort: the kernel caps it at rmem_max.
+        let _ = sock.socket_mut().set_rx_buf_sz(EVENT_RCVBUF);
         Ok(EventStream {
             sock,
             family,
