@@ -152,6 +152,9 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
         }
 
         tokio::task::spawn_local(super::sync::sync_loop(st.clone(), engine, led_tx.clone()));
+        // The restored objects must reach the kernel now, not at the first API call or
+        // resync tick: `full_resync` is already set, the loop only needs waking.
+        wake.notify_one();
         super::node::spawn_watchers(st.clone());
 
         log::info!(

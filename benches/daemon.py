@@ -1,0 +1,442 @@
+#!/usr/bin/env python3
+"""Helper of benches/daemon.sh (a benchmark, not a test): generates the objects, talks
+JSON-RPC to the daemon's Unix socket, and takes the timings. Standard library only.
+
+Subcommands (each prints one JSON object on stdout):
+  load  --socket S --n N                 load N Services + N EndpointSlices over one connection
+  run   --netns NS --bin B --config C --socket S --n N --ruleset FILE --changes K
+                                          start the daemon in NS, time its first full sync,
+                                          read its RSS, then time K one-endpoint changes
+  dryrun --netns NS --bin B --config C --socket S --out FILE
+                                          start `nodeportd --dry-run`, keep the first ruleset
+  nftf  --netns NS --file F --repeat R    time `nft -f F` into the (fresh) namespace NS
+  report RESULTS.jsonl                    the markdown tables for docs/benchmarks.md
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+CLONE_NEWNET = 0x40000000
+NAMESPACE = "default"
+# Endpoints live in 198.18.16.0 + k; replacement endpoints from 198.18.192.0 on, so an
+# address seen after a change can only come from that change (both inside 198.18.0.0/15).
+EP_BASE = (198 << 24) | (18 << 16) | (16 << 8)
+NEW_EP_BASE = (198 << 24) | (18 << 16) | (192 << 8)
+EP_PORT = 8080
+NODEPORT_EVERY = 10  # every 10th service is a NodePort (the range holds 2768 ports)
+
+
+def ip4(n):
+    return ".".join(str((n >> s) & 255) for s in (24, 16, 8, 0))
+
+
+def enter_netns(name):
+    """Moves this process (still single-threaded) into a named network namespace, so
+    the daemon and every `nft` it starts run there without `ip netns exec`."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns({name}): {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def svc_name(i):
+    return f"bench-{i:05d}"
+
+
+def service(i):
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": svc_name(i), "namespace": NAMESPACE},
+        "spec": {
+            "type": "NodePort" if i % NODEPORT_EVERY == 0 else "ClusterIP",
+            "selector": {"app": svc_name(i)},
+            "ports": [{"name": "http", "port": 80, "targetPort": EP_PORT, "protocol": "TCP"}],
+        },
+    }
+
+
+def slice_(i, addrs):
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{svc_name(i)}-abcde",
+            "namespace": NAMESPACE,
+            "labels": {"kubernetes.io/service-name": svc_name(i)},
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": EP_PORT, "protocol": "TCP"}],
+        "endpoints": [
+            {"addresses": [a], "conditions": {"ready": True, "serving": True, "terminating": False},
+             "nodeName": "bench-node"}
+            for a in addrs
+        ],
+    }
+
+
+def initial_endpoints(i):
+    return [ip4(EP_BASE + 3 * i + j) for j in range(3)]
+
+
+class Rpc:
+    """One connection; several requests per line stream."""
+
+    def __init__(self, path, timeout=120.0):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self.buf = b""
+        self.next_id = 1
+
+    def _line(self):
+        while b"\n" not in self.buf:
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionError("the daemon closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def send_many(self, calls):
+        """Sends every request at once, then reads every answer; raises on an error."""
+        lines = []
+        for method, params in calls:
+            lines.append(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
+                                     "params": params}, separators=(",", ":")))
+            self.next_id += 1
+        self.sock.sendall(("\n".join(lines) + "\n").encode())
+        out = []
+        for (method, _), _l in zip(calls, lines):
+            r = self._line()
+            if "error" in r:
+                raise RuntimeError(f"{method}: {r['error']}")
+            out.append(r["result"])
+        return out
+
+    def call(self, method, params=None):
+        return self.send_many([(method, params or {})])[0]
+
+    def close(self):
+        self.sock.close()
+
+
+def connect_retry(path, deadline):
+    while True:
+        try:
+            return Rpc(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
+
+
+def wait_settled(rpc, quiet=0.5, limit=1800.0):
+    """Waits until the data plane is in sync and no sync ran for `quiet` seconds."""
+    end = time.monotonic() + limit
+    last, since = None, time.monotonic()
+    while time.monotonic() < end:
+        dp = rpc.call("status")["dataplane"]
+        if dp.get("lastError"):
+            raise RuntimeError(f"sync failed: {dp['lastError']}")
+        if dp["generation"] != last:
+            last, since = dp["generation"], time.monotonic()
+        elif dp["inSync"] and dp["generation"] >= 1 and time.monotonic() - since >= quiet:
+            return dp
+        time.sleep(0.05)
+    raise TimeoutError("the data plane did not settle")
+
+
+def cmd_load(a):
+    rpc = connect_retry(a.socket, time.monotonic() + 600)
+    rpc.sock.settimeout(600.0)
+    t0 = time.perf_counter()
+    batch = 200
+    for start in range(0, a.n, batch):
+        idx = range(start, min(a.n, start + batch))
+        rpc.send_many([("service.apply", {"object": service(i)}) for i in idx])
+        rpc.send_many([("endpoints.apply", {"object": slice_(i, initial_endpoints(i))}) for i in idx])
+    t_api = time.perf_counter() - t0
+    dp = wait_settled(rpc)
+    st = rpc.call("status")
+    rpc.close()
+    json.dump({"n": a.n, "load_api_s": t_api, "load_generations": dp["generation"],
+               "services": st["objects"]["services"], "endpointSlices": st["objects"]["endpointSlices"]},
+              sys.stdout)
+    print()
+
+
+def rss_kib(pid):
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0])
+    return out
+
+
+def start_daemon(bin_, config, extra, out, log):
+    return subprocess.Popen([bin_, "--config", config, *extra], stdout=out, stderr=log)
+
+
+def stop_daemon(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def pct(xs, q):
+    """Nearest-rank percentile."""
+    s = sorted(xs)
+    return s[max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
+
+
+def cluster_chain(ruleset_text, i):
+    m = re.search(r"chain (svc4-[A-Z2-7]{8}-" + re.escape(f"{NAMESPACE}/{svc_name(i)}/tcp/http") + r") \{",
+                  ruleset_text)
+    if not m:
+        raise RuntimeError(f"no cluster chain of {svc_name(i)} in the dry-run ruleset")
+    return m.group(1)
+
+
+def nft_list_chain(chain):
+    return subprocess.run(["nft", "list", "chain", "inet", "nodeportd", chain],
+                          capture_output=True, text=True, check=False)
+
+
+def cmd_run(a):
+    enter_netns(a.netns)
+    with open(a.ruleset) as f:
+        text = f.read()
+    log = open(a.log, "ab")
+    t0 = time.perf_counter()
+    p = start_daemon(a.bin, a.config, [], log, log)
+    try:
+        rpc = connect_retry(a.socket, time.monotonic() + 600)
+        t_socket = time.perf_counter() - t0
+        while True:
+            dp = rpc.call("status")["dataplane"]
+            if dp.get("lastError"):
+                raise RuntimeError(f"first sync failed: {dp['lastError']}")
+            if dp["inSync"] and dp["generation"] >= 1:
+                break
+            if time.perf_counter() - t0 > 600:
+                raise TimeoutError("the daemon did not sync its restored objects within 600 s")
+            time.sleep(0.002)
+        t_sync = time.perf_counter() - t0
+        first = dict(dp)
+        # Anything the start caused on its own (an event overrun resync) ends first.
+        settled = wait_settled(rpc, quiet=1.0, limit=600.0)
+        time.sleep(2.0)  # idle
+        mem = rss_kib(p.pid)
+
+        # One-endpoint changes, spread over the services.
+        rounds = []
+        eps = {}
+        for c in range(a.changes):
+            i = (c * 7919 + 13) % a.n
+            chain = cluster_chain(text, i)
+            cur = eps.setdefault(i, initial_endpoints(i))
+            new_ip = ip4(NEW_EP_BASE + c)
+            cur[c % 3] = new_ip
+            needle = f"__{new_ip}/{EP_PORT}"
+            # An update wakes the sync loop twice (old and new object), so an empty sync
+            # may trail the previous change: let it pass so the next increment is ours.
+            g0 = wait_settled(rpc, quiet=0.3, limit=600.0)["generation"]
+            kernel = {}
+
+            def poll_kernel(start, needle=needle, chain=chain, kernel=kernel):
+                n = 0
+                while True:
+                    r = nft_list_chain(chain)
+                    n += 1
+                    if r.returncode == 0 and needle in r.stdout:
+                        kernel["t"] = time.perf_counter() - start
+                        kernel["polls"] = n
+                        return
+                    if time.perf_counter() - start > 120:
+                        kernel["t"] = None
+                        return
+
+            ts = time.perf_counter()
+            th = threading.Thread(target=poll_kernel, args=(ts,))
+            th.start()
+            res = rpc.call("endpoints.apply", {"object": slice_(i, cur)})
+            t_rtt = time.perf_counter() - ts
+            if res["action"] != "configured":
+                raise RuntimeError(f"endpoints.apply of {svc_name(i)}: {res['action']}")
+            while True:
+                dp = rpc.call("status")["dataplane"]
+                if dp["generation"] > g0:
+                    t_gen = time.perf_counter() - ts
+                    break
+                time.sleep(0.0005)
+            th.join()
+            if kernel.get("t") is None:
+                raise RuntimeError(f"{needle} never appeared in chain {chain}")
+            rounds.append({"service": i, "rtt_ms": t_rtt * 1e3, "gen_ms": t_gen * 1e3,
+                           "kernel_ms": kernel["t"] * 1e3, "polls": kernel["polls"],
+                           "sync_ms": dp["lastSyncMillis"], "messages": dp["lastMessages"],
+                           "full": dp["fullSyncs"] != settled["fullSyncs"]})
+        # The cost of one `nft list chain` here: the resolution of the kernel column.
+        t = time.perf_counter()
+        for _ in range(5):
+            nft_list_chain(cluster_chain(text, 0))
+        t_list = (time.perf_counter() - t) / 5
+        st = rpc.call("status")
+        mem_after = rss_kib(p.pid)
+        rpc.close()
+    finally:
+        stop_daemon(p)
+
+    def summary(key):
+        xs = [r[key] for r in rounds]
+        return {"p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs)}
+
+    json.dump({
+        "n": a.n,
+        "start_to_socket_ms": t_socket * 1e3,
+        "start_to_in_sync_ms": t_sync * 1e3,
+        "first_sync_ms": first["lastSyncMillis"],
+        "first_messages": first["lastMessages"],
+        "rss_idle_kib": mem["VmRSS"], "hwm_kib": mem["VmHWM"],
+        "rss_after_kib": mem_after["VmRSS"], "hwm_after_kib": mem_after["VmHWM"],
+        "changes": len(rounds),
+        "rtt_ms": summary("rtt_ms"), "gen_ms": summary("gen_ms"), "kernel_ms": summary("kernel_ms"),
+        "sync_ms": summary("sync_ms"),
+        "messages": sorted({r["messages"] for r in rounds}),
+        "syncs_at_start": settled["generation"], "full_syncs_at_start": settled["fullSyncs"],
+        "last_start_sync_ms": settled["lastSyncMillis"],
+        "full_syncs_during_changes": st["dataplane"]["fullSyncs"] - settled["fullSyncs"],
+        "nft_list_chain_ms": t_list * 1e3,
+        "rounds": rounds,
+    }, sys.stdout)
+    print()
+
+
+def cmd_dryrun(a):
+    enter_netns(a.netns)
+    with open(a.out, "wb") as out, open(a.log, "ab") as log:
+        p = start_daemon(a.bin, a.config, ["--dry-run"], out, log)
+        try:
+            rpc = connect_retry(a.socket, time.monotonic() + 600)
+            wait_settled(rpc, quiet=0.2, limit=600.0)
+            rpc.close()
+        finally:
+            stop_daemon(p)
+    # Keep the first ruleset only (a later sync would print another).
+    with open(a.out) as f:
+        lines = f.read().splitlines(keepends=True)
+    start = next(k for k, line in enumerate(lines) if line.startswith("table "))
+    end = next(k for k in range(start, len(lines)) if lines[k] == "}\n")
+    with open(a.out, "w") as f:
+        f.writelines(lines[start:end + 1])
+    json.dump({"n": a.n, "lines": end + 1 - start}, sys.stdout)
+    print()
+
+
+def cmd_nftf(a):
+    enter_netns(a.netns)
+    times = []
+    for _ in range(a.repeat):
+        subprocess.run(["nft", "delete", "table", "inet", "nodeportd"], capture_output=True, check=False)
+        t = time.perf_counter()
+        r = subprocess.run(["nft", "-f", a.file], capture_output=True, text=True, check=False)
+        times.append((time.perf_counter() - t) * 1e3)
+        if r.returncode != 0:
+            raise RuntimeError(f"nft -f {a.file}: {r.stderr[:2000]}")
+    # Same table again, replaced in one transaction (kube-proxy's full resync shape).
+    with open(a.file) as f:
+        body = f.read()
+    replace = a.file + ".replace"
+    with open(replace, "w") as f:
+        f.write("table inet nodeportd\ndelete table inet nodeportd\n" + body)
+    t = time.perf_counter()
+    r = subprocess.run(["nft", "-f", replace], capture_output=True, text=True, check=False)
+    t_replace = (time.perf_counter() - t) * 1e3
+    if r.returncode != 0:
+        raise RuntimeError(f"nft -f {replace}: {r.stderr[:2000]}")
+    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    json.dump({"n": a.n, "nft_f_ms": sorted(times), "nft_f_replace_ms": t_replace, "nft_maxrss_kib": maxrss,
+               "bytes": os.path.getsize(a.file)}, sys.stdout)
+    print()
+
+
+def cmd_report(a):
+    rows = [json.loads(line) for line in open(a.results) if line.strip()]
+    by_n = {}
+    for r in rows:
+        by_n.setdefault(r["n"], {}).update(r)
+    ns = sorted(by_n)
+    f1 = lambda x: f"{x:.1f}"  # noqa: E731
+    print("Full sync at start, memory, and `nft -f` of the same ruleset:\n")
+    print("| services | objects loaded (API, s) | start → in sync (ms) | daemon's lastSyncMillis | messages |"
+          " RSS idle (KiB) | peak RSS (KiB) | ruleset text (lines / KiB) | `nft -f` fresh netns (ms, median) |"
+          " `nft -f` replace (ms) | `nft` peak RSS (KiB) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in ns:
+        r = by_n[n]
+        nf = r["nft_f_ms"]
+        print(f"| {n} | {r['load_api_s']:.1f} | {f1(r['start_to_in_sync_ms'])} | {r['first_sync_ms']} |"
+              f" {r['first_messages']} | {r['rss_idle_kib']} | {r['hwm_kib']} | {r['lines']} / {r['bytes'] // 1024} |"
+              f" {f1(statistics.median(nf))} | {f1(r['nft_f_replace_ms'])} | {r['nft_maxrss_kib']} |")
+    print("\nOne endpoint of one service changed with `endpoints.apply`, "
+          f"{by_n[ns[0]]['changes']} changes per size, milliseconds, p50 / p95 (max):\n")
+    print("| services | API round trip | until `generation` increments | until `nft list chain` shows it |"
+          " daemon's lastSyncMillis | lastMessages | one `nft list chain` (ms) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in ns:
+        r = by_n[n]
+        s = lambda k: f"{f1(r[k]['p50'])} / {f1(r[k]['p95'])} ({f1(r[k]['max'])})"  # noqa: E731
+        msgs = ", ".join(str(m) for m in r["messages"])
+        print(f"| {n} | {s('rtt_ms')} | {s('gen_ms')} | {s('kernel_ms')} | {s('sync_ms')} | {msgs} |"
+              f" {f1(r['nft_list_chain_ms'])} |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("load")
+    p.add_argument("--socket", required=True)
+    p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("run")
+    for k in ("--netns", "--bin", "--config", "--socket", "--ruleset", "--log"):
+        p.add_argument(k, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--changes", type=int, default=25)
+    p = sub.add_parser("dryrun")
+    for k in ("--netns", "--bin", "--config", "--socket", "--out", "--log"):
+        p.add_argument(k, required=True)
+    p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("nftf")
+    p.add_argument("--netns", required=True)
+    p.add_argument("--file", required=True)
+    p.add_argument("--n", type=int, required=True)
+    p.add_argument("--repeat", type=int, default=3)
+    p = sub.add_parser("report")
+    p.add_argument("results")
+    a = ap.parse_args()
+    {"load": cmd_load, "run": cmd_run, "dryrun": cmd_dryrun, "nftf": cmd_nftf, "report": cmd_report}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
