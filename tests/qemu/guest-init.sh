@@ -7,8 +7,8 @@
 #   np_wan_cidr np_lan_cidr addresses to put on them
 #
 # After the network is up it prints "@@READY" and serves a command channel on
-# the console: "@@D <base64>" lines accumulate a script, "@@X <id> <secs>"
-# runs it and answers "@@BEGIN <id>", its output, "@@END <id> <status>".
+# the console: "@@D <tag> <base64>" lines accumulate a script (each answered
+# "@@A <tag>"), "@@X <id> <secs>" runs it and answers "@@BEGIN <id>", its output, "@@END <id> <status>".
 # The console is switched to raw mode without echo so that the host reads only
 # what the commands print.
 
@@ -77,12 +77,16 @@ echo "@@READY $kver $(cat /sys/class/net/wan/carrier 2>/dev/null)$(cat /sys/clas
 rm -f /tmp/cmd.b64
 while IFS= read -r line; do
 	line=$(printf '%s' "$line" | tr -d '\r')
+	# shellcheck disable=SC2086 # split "tag data" and "id secs"
 	case $line in
 	'@@D '*)
-		printf '%s\n' "${line#@@D }" >> /tmp/cmd.b64
+		# "@@D <tag> <base64>": acknowledged, so that the host never has more
+		# than one line in flight (the tty drops what overflows its buffer).
+		set -- ${line#@@D }
+		printf '%s\n' "$2" >> /tmp/cmd.b64
+		echo "@@A $1"
 		;;
 	'@@X '*)
-		# shellcheck disable=SC2086 # "id secs"
 		set -- ${line#@@X }
 		id=$1
 		secs=${2:-60}

@@ -466,8 +466,16 @@ guest() {
 	# A counter in a file: callers often run us in a $(...) subshell.
 	id=$(($(cat "$d/seq" 2>/dev/null || echo 0) + 1))
 	echo "$id" >"$d/seq"
+	local k=0 _w
 	while read -r chunk; do
-		printf '@@D %s\n' "$chunk" >&"$CONFD"
+		k=$((k + 1))
+		printf '@@D %s.%s %s\n' "$id" "$k" "$chunk" >&"$CONFD"
+		# One line in flight: the guest's tty drops what overflows its buffer.
+		for _w in $(seq 300); do
+			grep -a -q -E "^@@A $id\\.$k"$'\r?$' "$d/console.log" 2>/dev/null && break
+			kill -0 "$QEMU_PID" 2>/dev/null || break
+			sleep 0.05
+		done
 	done < <(base64 -w 900)
 	printf '@@X %s %s\n' "$id" "$secs" >&"$CONFD"
 	for _ in $(seq $(((secs + 30) * 10))); do
