@@ -321,6 +321,14 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(1)).await;
 
+        {
+            // Wakes can outnumber changes (an endpoints update marks the old and the new
+            // object's service); nothing to do is nothing to send.
+            let s = st.borrow();
+            if s.dirty.is_empty() && !s.full_resync && !s.node_changed {
+                continue;
+            }
+        }
         let started = Instant::now();
         let (change, stale) = {
             let mut s = st.borrow_mut();
