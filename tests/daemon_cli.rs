@@ -184,6 +184,9 @@ fn kubectl_objects_allocate_persist_and_survive_restarts() {
     let d = Daemon::start(dir.path());
     assert_eq!(d.json(&["get", "svc", "-A", "-o", "json"])["items"], before["items"]);
     let st = d.json(&["status", "-o", "json"]);
+    // The restored objects were synced at start, before any API call changed anything.
+    assert!(st["dataplane"]["generation"].as_u64().unwrap() >= 1, "{st}");
+    assert_eq!(st["dataplane"]["inSync"], true, "{st}");
     assert_eq!(st["nodePorts"]["static"]["used"], 1, "{st}");
     assert_eq!(st["objects"]["services"], 3, "{st}");
     // Re-applying the same object writes nothing to flash.
