@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 
 use super::Registry;
-use crate::model::{Backend, EndpointPort, IntOrString, Protocol, Service, ServicePort, SERVICE_NAME_LABEL};
+use crate::model::{Backend, EndpointPort, IntOrString, Protocol, Service, ServicePort};
 
 /// One service port with its backends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,13 +53,7 @@ fn target(sp: &ServicePort, eports: &[EndpointPort]) -> Option<u16> {
 impl Registry {
     pub fn backends(&self, svc: &Service) -> Vec<PortBackends> {
         let ns = svc.namespace();
-        let slices: Vec<_> = self
-            .slices
-            .range((ns.to_string(), String::new())..)
-            .take_while(|((n, _), _)| n == ns)
-            .map(|(_, s)| s)
-            .filter(|s| s.metadata.labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(svc.name()))
-            .collect();
+        let slices = self.slices_for(ns, svc.name());
         let endpoints = self.endpoints.get(&(ns.to_string(), svc.name().to_string()));
         svc.spec
             .ports

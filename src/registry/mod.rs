@@ -112,6 +112,9 @@ pub struct Registry {
     held: BTreeMap<Key, Held>,
     endpoints: BTreeMap<Key, Endpoints>,
     slices: BTreeMap<Key, EndpointSlice>,
+    /// (namespace, `kubernetes.io/service-name`) → slice names: finding a service's
+    /// slices must not scan every slice (a sync would cost O(all) per service).
+    slices_of: BTreeMap<Key, BTreeSet<String>>,
     problems: Vec<(Key, String)>,
     resource_version: u64,
 }
@@ -140,6 +143,7 @@ impl Registry {
             held: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             slices: BTreeMap::new(),
+            slices_of: BTreeMap::new(),
             problems: Vec::new(),
             resource_version: 0,
         }
@@ -248,12 +252,51 @@ impl Registry {
                 EndpointsObject::Slice(mut e) => {
                     meta::default_namespace(&mut e.metadata);
                     reg.note_rv(&e.metadata);
-                    reg.slices.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e);
+                    reg.put_slice(e);
                 }
             }
         }
         let list = reg.problems();
         (reg, list)
+    }
+
+    fn slice_owner(s: &EndpointSlice) -> Option<Key> {
+        let svc = s.metadata.labels.get(crate::model::SERVICE_NAME_LABEL)?;
+        Some((s.metadata.ns().to_string(), svc.clone()))
+    }
+
+    /// Store a slice, keeping `slices_of` in step.
+    fn put_slice(&mut self, s: EndpointSlice) {
+        let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
+        self.take_slice(&key);
+        if let Some(owner) = Self::slice_owner(&s) {
+            self.slices_of.entry(owner).or_default().insert(key.1.clone());
+        }
+        self.slices.insert(key, s);
+    }
+
+    fn take_slice(&mut self, key: &Key) -> Option<EndpointSlice> {
+        let s = self.slices.remove(key)?;
+        if let Some(owner) = Self::slice_owner(&s) {
+            if let Some(names) = self.slices_of.get_mut(&owner) {
+                names.remove(&key.1);
+                if names.is_empty() {
+                    self.slices_of.remove(&owner);
+                }
+            }
+        }
+        Some(s)
+    }
+
+    /// The EndpointSlices labelled for a service, by name.
+    pub(crate) fn slices_for(&self, ns: &str, service: &str) -> Vec<&EndpointSlice> {
+        let owner = (ns.to_string(), service.to_string());
+        self.slices_of
+            .get(&owner)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())))
+            .collect()
     }
 
     fn note_rv(&mut self, m: &crate::model::ObjectMeta) {
@@ -475,7 +518,7 @@ impl Registry {
                     return Ok((Action::Unchanged, EndpointsObject::Slice(e)));
                 }
                 e.metadata.resource_version = Some(self.next_rv());
-                self.slices.insert(key, e.clone());
+                self.put_slice(e.clone());
                 Ok((action, EndpointsObject::Slice(e)))
             }
         }
@@ -523,8 +566,7 @@ impl Registry {
                 .map(EndpointsObject::Endpoints)
                 .ok_or_else(|| ApiError::not_found("endpoints", name)),
             EndpointsKind::EndpointSlice => self
-                .slices
-                .remove(&key)
+                .take_slice(&key)
                 .map(EndpointsObject::Slice)
                 .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
         }

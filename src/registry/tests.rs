@@ -914,3 +914,19 @@ fn load_balancer_ingress_from_the_request_is_kept_and_other_status_is_not() {
     let (_, stored) = r.apply_service(lb, &stamp()).unwrap();
     assert!(stored.status.unwrap().load_balancer.ingress.is_empty());
 }
+
+#[test]
+fn a_relabelled_or_deleted_slice_leaves_its_old_service() {
+    let mut r = reg();
+    let spec = |n: &str| svc(json!({"metadata": {"name": n}, "spec": {"ports": [{"port": 80}]}}));
+    let (_, a) = r.apply_service(spec("a"), &stamp()).unwrap();
+    let (_, b) = r.apply_service(spec("b"), &stamp()).unwrap();
+    let body = json!({"addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.0.1"]}]});
+    r.apply_endpoints(slice("s1", "a", body.clone()), &stamp()).unwrap();
+    assert_eq!(r.backends(&a)[0].backends.len(), 1);
+    r.apply_endpoints(slice("s1", "b", body), &stamp()).unwrap();
+    assert!(r.backends(&a)[0].backends.is_empty());
+    assert_eq!(r.backends(&b)[0].backends.len(), 1);
+    r.delete_endpoints(EndpointsKind::EndpointSlice, "default", "s1").unwrap();
+    assert!(r.backends(&b)[0].backends.is_empty());
+}
