@@ -195,6 +195,20 @@ features_of() {
 #                           is ~12 % smaller on MIPS (no $gp/GOT indirection)
 #   force-unwind-tables=no  panic=abort never unwinds; .eh_frame was ~80 KB on mipsel
 SIZE_FLAGS="-C relocation-model=static -C force-unwind-tables=no"
+# Only where std is built from source (nightly), so they reach std and core too:
+#   panic=immediate-abort  a panic executes the trap instruction at once: no message, no
+#                          panic hook, no formatting machinery behind it. A panic in the
+#                          daemon is a bug and procd restarts it either way; the cost is a
+#                          bare SIGILL/SIGTRAP instead of "panicked at ..." in the log
+#                          (reproduce on x86_64/aarch64, which keep panic=abort with messages).
+#                          Replaces the std feature panic_immediate_abort, which this nightly
+#                          no longer has. Unstable, hence -Z unstable-options.
+#   location-detail=none   no file/line/column strings for #[track_caller] sites (what
+#                          remains of them once panics print nothing)
+# and std's `optimize_for_size` feature (-Z build-std-features, which also leaves out the
+# backtrace symbolizer): smaller, slower algorithms in core/alloc (sorting, integer
+# formatting) with the same results.
+BUILDSTD_SIZE_FLAGS="-Z unstable-options -C panic=immediate-abort -Z location-detail=none"
 
 build_one() {
     local triple=$1 mode features envp flags start elapsed bin out
@@ -212,12 +226,12 @@ build_one() {
             need_zig
             need_stable # llvm-objcopy
             # link-self-contained=no: zig brings its own soft-float musl and crt objects.
-            flags="-C target-feature=+crt-static -C link-self-contained=no $SIZE_FLAGS"
+            flags="-C target-feature=+crt-static -C link-self-contained=no $SIZE_FLAGS $BUILDSTD_SIZE_FLAGS"
             cargo_args[0]=zigbuild
             log "$triple: cargo +$NIGHTLY zigbuild -Z build-std (RUSTFLAGS: $flags)"
             env "CARGO_TARGET_${envp}_RUSTFLAGS=$flags" \
                 cargo "+$NIGHTLY" "${cargo_args[@]}" \
-                -Z build-std=std,panic_abort -Z build-std-features= >&2
+                -Z build-std=std,panic_abort -Z build-std-features=optimize_for_size >&2
             ;;
         stable)
             need_stable_target "$triple"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Size budget for flash: the stripped mipsel binary (ramips, 16 MB flash) must stay within
 # NODEPORTD_SIZE_BUDGET bytes. Prints every dist/ binary's size too.
-# The target is 1 000 000 bytes and it is NOT met yet (2 089 760 bytes measured, see
-# docs/benchmarks.md "Binary size" for where the bytes go); until the binary shrinks, the
-# default guards against further growth: the measured size plus 5 %.
+# The target is 1 000 000 bytes and it is NOT met yet (1 814 064 bytes measured with
+# panic=immediate-abort and friends, see docs/benchmarks.md "Binary size" for where the
+# bytes go); until the binary shrinks, the default guards against further growth: the
+# measured size plus 5 %.
 #
 #   cross/size-check.sh            # after cross/build.sh mipsel (or all targets)
 #
@@ -12,7 +13,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_SIZE=1000000
-BUDGET=${NODEPORTD_SIZE_BUDGET:-2200000}
+BUDGET=${NODEPORTD_SIZE_BUDGET:-1905000}
 BUDGET_TRIPLE=mipsel-unknown-linux-musl
 BIN="$ROOT/dist/$BUDGET_TRIPLE/nodeportd"
 
