@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nodeportd::nft::ir::*;
+use nodeportd::nft::render::{self, rule};
 use nodeportd::nft::{self, synthetic, NftSocket};
 
 fn main() {
@@ -139,136 +140,12 @@ fn nft_f(text: &str) -> Timed {
     stop(t, true)
 }
 
-// ---- the same rulesets as nft text (only the statements the synthetic ruleset uses) ----
-
-fn verdict(v: &Verdict) -> String {
-    match v {
-        Verdict::Accept => "accept".into(),
-        Verdict::Drop => "drop".into(),
-        Verdict::Return => "return".into(),
-        Verdict::Continue => "continue".into(),
-        Verdict::Jump(c) => format!("jump {c}"),
-        Verdict::Goto(c) => format!("goto {c}"),
-    }
-}
-
-fn value(v: &Value) -> String {
-    match v {
-        Value::Addr(a) => a.to_string(),
-        Value::Prefix(p) => p.to_string(),
-        Value::Proto(6) => "tcp".into(),
-        Value::Proto(17) => "udp".into(),
-        Value::Proto(p) => p.to_string(),
-        Value::Port(p) => p.to_string(),
-        Value::Mark(m) => m.to_string(),
-    }
-}
-
-fn field(f: &Field) -> String {
-    match f {
-        Field::IpSaddr => "ip saddr".into(),
-        Field::IpDaddr => "ip daddr".into(),
-        Field::L4Proto => "meta l4proto".into(),
-        Field::ThDport => "th dport".into(),
-        Field::MetaMark => "meta mark".into(),
-        Field::NumgenRandom(n) => format!("numgen random mod {n}"),
-        Field::Concat(fs) => fs.iter().map(field).collect::<Vec<_>>().join(" . "),
-        other => panic!("benchmark text: {other:?} not used"),
-    }
-}
-
-fn rule(r: &Rule) -> String {
-    r.stmts
-        .iter()
-        .map(|s| match s {
-            Stmt::Cmp { field: f, value: CmpValue::Value(v), .. } => format!("{} {}", field(f), value(v)),
-            Stmt::Verdict(v) => verdict(v),
-            Stmt::Dnat { addr, port } => match port {
-                Some(p) => format!("dnat ip to {addr}:{p}"),
-                None => format!("dnat ip to {addr}"),
-            },
-            Stmt::VmapInline { key, entries } => format!(
-                "{} vmap {{ {} }}",
-                field(key),
-                entries.iter().map(|(v, d)| format!("{} : {}", value(v), verdict(d))).collect::<Vec<_>>().join(", ")
-            ),
-            Stmt::VmapNamed { key, map } => format!("{} vmap @{map}", field(key)),
-            Stmt::MarkOr { field: f, bits } => format!("{0} set {0} | {bits:#x}", field(f)),
-            Stmt::MarkAndNot { field: f, bits } => {
-                format!("{0} set {0} & {1:#x}", field(f), !bits)
-            }
-            Stmt::Bits { field: f, mask, value, .. } => format!("{} & {mask:#x} == {value:#x}", field(f)),
-            Stmt::Masquerade { fully_random: true } => "masquerade fully-random".into(),
-            Stmt::Masquerade { .. } => "masquerade".into(),
-            other => panic!("benchmark text: {other:?} not used"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn hook(h: Hook) -> &'static str {
-    match h {
-        Hook::Prerouting => "prerouting",
-        Hook::Input => "input",
-        Hook::Forward => "forward",
-        Hook::Output => "output",
-        Hook::Postrouting => "postrouting",
-    }
-}
-
-fn key_type(t: &DataType) -> &'static str {
-    match t {
-        DataType::Ipv4Addr => "ipv4_addr",
-        DataType::Ipv6Addr => "ipv6_addr",
-        DataType::InetProto => "inet_proto",
-        DataType::InetService => "inet_service",
-        DataType::Mark => "mark",
-        DataType::Verdict => "verdict",
-    }
-}
+// ---- the same rulesets as nft text, in the renderer's syntax (--dry-run prints the same) ----
 
 /// kube-proxy's full resync: create, delete and recreate the table in one file.
 fn full_text(r: &Ruleset) -> String {
     let t = &r.table;
-    let mut o = format!("add table inet {t}\ndelete table inet {t}\nadd table inet {t}\n");
-    for (c, _) in &r.chains {
-        match &c.base {
-            Some(b) => writeln!(
-                o,
-                "add chain inet {t} {} {{ type nat hook {} priority {}; }}",
-                c.name,
-                hook(b.hook),
-                b.priority
-            ),
-            None => writeln!(o, "add chain inet {t} {}", c.name),
-        }
-        .expect("write to String");
-    }
-    for s in &r.sets {
-        let key: Vec<&str> = s.key.iter().map(key_type).collect();
-        let data = s.data.map(|d| format!(" : {}", key_type(&d))).unwrap_or_default();
-        writeln!(o, "add map inet {t} {} {{ type {}{data}; }}", s.name, key.join(" . ")).expect("write to String");
-    }
-    for (set, elems) in &r.elements {
-        for e in elems {
-            writeln!(o, "add element inet {t} {set} {{ {} }}", element(e)).expect("write to String");
-        }
-    }
-    for (c, rules) in &r.chains {
-        for ru in rules {
-            writeln!(o, "add rule inet {t} {} {}", c.name, rule(ru)).expect("write to String");
-        }
-    }
-    o
-}
-
-fn element(e: &Element) -> String {
-    let k = e.key.iter().map(value).collect::<Vec<_>>().join(" . ");
-    match &e.data {
-        Some(ElementData::Verdict(v)) => format!("{k} : {}", verdict(v)),
-        Some(ElementData::Value(v)) => format!("{k} : {}", value(v)),
-        None => k,
-    }
+    format!("add table inet {t}\ndelete table inet {t}\n{}", render::render(r))
 }
 
 /// kube-proxy's partial resync as text: new chains, rewritten chains, deleted chains.
