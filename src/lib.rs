@@ -12,6 +12,7 @@ pub mod conntrack;
 pub mod ctl;
 pub mod daemon;
 pub mod dataplane;
+pub mod healthcheck;
 pub mod led;
 pub mod logging;
 pub mod model;

@@ -238,6 +238,14 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
         ));
         sets.push(vmap(m.firewall_ips, svc_key, format!("{v} LoadBalancer IPs with loadBalancerSourceRanges")));
     }
+    sets.push(Set {
+        name: names::HEALTH_CHECK_PORTS.into(),
+        key: vec![DataType::InetProto, DataType::InetService],
+        data: None,
+        flags: SetFlags::default(),
+        timeout: None,
+        comment: Some("healthCheckNodePorts the daemon serves (tcp)".into()),
+    });
 
     let mut v4: Vec<Element> = input.nodeport_ips_v4.iter().map(|a| addr_element(IpAddr::V4(*a))).collect();
     let mut v6: Vec<Element> = input.nodeport_ips_v6.iter().map(|a| addr_element(IpAddr::V6(*a))).collect();
@@ -319,6 +327,8 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
                     Stmt::Bits { field: Field::CtStatus, mask: CT_STATUS_DNAT, value: 0, negate: false },
                     Stmt::Verdict(Verdict::Drop),
                 ]),
+                health_check_mark(IpFamily::V4, input.ct_mark),
+                health_check_mark(IpFamily::V6, input.ct_mark),
                 rule(vec![ct_state_new(), jump(names::ENDPOINTS_CHECK)]),
             ],
         ),
@@ -345,6 +355,21 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
     ];
 
     Ruleset { family: Some(Family::Inet), table: input.table.clone(), sets, elements, chains }
+}
+
+/// New connections to a health-check port on a NodePort address get the conntrack mark
+/// bit, so that a firewall whose input policy rejects them (fw4's WAN zone) accepts them
+/// with the same mark test as DNAT'd ones. The hook is input, so the destination is
+/// already one of the node's own; the set lookups keep the cost per packet independent
+/// of the number of services.
+fn health_check_mark(f: IpFamily, ct_mark: u32) -> Rule {
+    let (_, daddr, _) = family_fields(f);
+    rule(vec![
+        ct_state_new(),
+        Stmt::InSet { field: nodeport_key(), set: names::HEALTH_CHECK_PORTS.into(), negate: false },
+        Stmt::InSet { field: daddr, set: maps(f).nodeport_ips.into(), negate: false },
+        Stmt::MarkOr { field: Field::CtMark, bits: ct_mark },
+    ])
 }
 
 /// `ct status dnat`
@@ -436,6 +461,12 @@ fn facts(svc: &Service) -> Option<ServiceFacts> {
 /// a ClusterIP yet, have none.
 pub fn build_service(input: &Input, svc: &ServiceInput) -> ServicePieces {
     let mut pieces = ServicePieces::default();
+    if let Some(port) = crate::healthcheck::port_of(svc.service) {
+        pieces.elements.push((
+            names::HEALTH_CHECK_PORTS.into(),
+            Element { key: vec![Value::Proto(Protocol::Tcp.number()), Value::Port(port)], data: None, timeout: None },
+        ));
+    }
     let Some(facts) = facts(svc.service) else {
         return pieces;
     };

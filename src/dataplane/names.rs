@@ -23,6 +23,8 @@ pub const NO_ENDPOINT_NODEPORTS_V4: &str = "no-endpoint-nodeports-v4";
 pub const NO_ENDPOINT_NODEPORTS_V6: &str = "no-endpoint-nodeports-v6";
 pub const FIREWALL_IPS_V4: &str = "firewall-ips-v4";
 pub const FIREWALL_IPS_V6: &str = "firewall-ips-v6";
+/// Both families: the ports `spec.healthCheckNodePort` is served on (the daemon's own socket).
+pub const HEALTH_CHECK_PORTS: &str = "health-check-ports";
 
 // The table's fixed chains.
 pub const FILTER_PREROUTING: &str = "filter-prerouting";
