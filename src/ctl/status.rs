@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane"];
+const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks"];
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -77,6 +77,8 @@ pub fn status_text(s: &Value) -> String {
         }
     }
 
+    health_checks(&mut out, s.get("healthChecks"));
+
     if let Some(map) = s.as_object() {
         for (k, v) in map.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
             let value = match v {
@@ -89,6 +91,32 @@ pub fn status_text(s: &Value) -> String {
         }
     }
     out
+}
+
+/// One line per `healthCheckNodePort`: whom it answers for, and whether it listens.
+fn health_checks(out: &mut String, v: Option<&Value>) {
+    let Some(list) = v.and_then(Value::as_array).filter(|l| !l.is_empty()) else {
+        return;
+    };
+    let listening = list.iter().filter(|h| h.get("listening").and_then(Value::as_bool) == Some(true)).count();
+    line(out, "HealthChecks", format!("{} ports, {listening} listening", list.len()));
+    for h in list {
+        let state = match (h.get("listening").and_then(Value::as_bool), h.get("error").filter(|e| !e.is_null())) {
+            (_, Some(e)) => format!("NOT listening: {}", text(Some(e))),
+            (Some(true), None) => "listening".to_string(),
+            _ => "not listening".to_string(),
+        };
+        line(
+            out,
+            &format!("  {}", text(h.get("port"))),
+            format!(
+                "{}/{}, local endpoints {}, {state}",
+                text(h.get("namespace")),
+                text(h.get("name")),
+                text(h.get("localEndpoints"))
+            ),
+        );
+    }
 }
 
 #[cfg(test)]
@@ -109,6 +137,11 @@ mod tests {
                 "dynamic": {"first": "10.96.1.1", "last": "10.96.255.254", "used": 2, "free": 65276}}],
             "dataplane": {"table": "inet nodeportd", "inSync": false, "generation": 7, "lastSyncMillis": 3,
                 "lastError": "netlink: EPERM"},
+            "healthChecks": [
+                {"port": 32000, "namespace": "edge", "name": "ingress", "localEndpoints": 1,
+                    "listening": true, "error": null},
+                {"port": 32001, "namespace": "default", "name": "web", "localEndpoints": 0,
+                    "listening": false, "error": "Address in use (os error 98)"}],
             "objects": {"services": 3, "endpoints": 2}
         });
         let t = status_text(&s);
@@ -124,6 +157,9 @@ ServiceCIDR:    10.96.0.0/16
   dynamic:      10.96.1.1-10.96.255.254  used 2  free 65276
 Dataplane:      table inet nodeportd, NOT in sync, generation 7, last sync 3 ms
   last error:   netlink: EPERM
+HealthChecks:   2 ports, 1 listening
+  32000:        edge/ingress, local endpoints 1, listening
+  32001:        default/web, local endpoints 0, NOT listening: Address in use (os error 98)
 objects:        endpoints=2 services=3
 ";
         assert_eq!(t, want);

@@ -8,6 +8,7 @@ use crate::logging;
 
 pub mod clock;
 pub mod handlers;
+pub mod health;
 pub mod node;
 pub mod run;
 pub mod status;

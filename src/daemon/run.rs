@@ -26,6 +26,8 @@ pub struct State {
     pub store: Store,
     pub node: NodeState,
     pub dataplane: DataplaneStatus,
+    /// The `healthCheckNodePort` listeners.
+    pub health: super::health::HealthChecks,
     pub dry_run: bool,
     pub started: Instant,
     /// Services whose data plane pieces must be rebuilt at the next sync.
@@ -40,16 +42,19 @@ pub struct State {
 impl State {
     pub fn service_changed(&mut self, ns: &str, name: &str) {
         self.dirty.insert((ns.to_string(), name.to_string()));
+        self.health.service_changed((ns.to_string(), name.to_string()));
         self.wake.notify_one();
     }
     pub fn endpoints_changed(&mut self, obj: &EndpointsObject) {
         for key in super::handlers::services_of(obj) {
+            self.health.service_changed(key.clone());
             self.dirty.insert(key);
         }
         self.wake.notify_one();
     }
     pub fn request_full_resync(&mut self) {
         self.full_resync = true;
+        self.health.recheck_all();
         self.wake.notify_one();
     }
 }
@@ -122,6 +127,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             store,
             node,
             dataplane: DataplaneStatus::new(),
+            health: super::health::HealthChecks::new(),
             dry_run: args.dry_run,
             started,
             dirty: BTreeSet::new(),
@@ -156,6 +162,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
         super::node::spawn_watchers(st.clone());
+        tokio::task::spawn_local(super::health::run(st.clone()));
 
         log::info!(
             "nodeportd {} started in {} ms: {} services restored, socket {}, table inet {}{}",
