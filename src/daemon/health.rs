@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::State;
 use crate::healthcheck::{self, HealthCheck, Parsed};
+use crate::model::Backend;
 
 type Key = (String, String);
 
@@ -128,32 +129,37 @@ pub async fn run(st: Rc<RefCell<State>>) {
 fn reconcile(st: &Rc<RefCell<State>>) {
     let mut guard = st.borrow_mut();
     let s = &mut *guard;
-    let keys: Vec<Key> = if std::mem::take(&mut s.health.all_dirty) {
-        s.health.dirty.clear();
-        let mut all: BTreeSet<Key> = s.health.by_service.keys().cloned().collect();
-        all.extend(s.registry.list_services(None).iter().map(|v| (v.namespace().to_string(), v.name().to_string())));
-        all.into_iter().collect()
-    } else {
-        std::mem::take(&mut s.health.dirty).into_iter().collect()
-    };
     let mut touched: BTreeSet<u16> = s.health.errors.keys().copied().collect();
-    for key in keys {
+    if std::mem::take(&mut s.health.all_dirty) {
+        s.health.dirty.clear();
+        let services = s.registry.list_services(None);
+        let backends: Vec<Vec<Vec<Backend>>> =
+            services.iter().map(|svc| s.registry.backends(svc).into_iter().map(|p| p.backends).collect()).collect();
+        let desired = healthcheck::desired(services.iter().zip(backends.iter().map(Vec::as_slice)), &s.cfg.node_name);
+        touched.extend(s.health.desired.keys().chain(desired.keys()));
+        s.health.by_service = desired.iter().map(|(p, h)| ((h.namespace.clone(), h.name.clone()), *p)).collect();
+        s.health.desired = desired;
+    }
+    for key in std::mem::take(&mut s.health.dirty) {
         if let Some(old) = s.health.by_service.remove(&key) {
-            // Another service may hold the port by now (a conflict the allocator
-            // prevents, but restored state is not checked twice).
-            if s.health.desired.get(&old).is_some_and(|h| h.namespace == key.0 && h.name == key.1) {
-                s.health.desired.remove(&old);
-            }
+            s.health.desired.remove(&old);
             touched.insert(old);
         }
         let Ok(svc) = s.registry.get_service(&key.0, &key.1) else { continue };
-        let ports: Vec<Vec<crate::model::Backend>> =
-            s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
-        if let Some((port, hc)) = healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name) {
-            s.health.desired.insert(port, hc);
-            s.health.by_service.insert(key, port);
-            touched.insert(port);
+        let ports: Vec<Vec<Backend>> = s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
+        let Some((port, hc)) = healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name) else {
+            continue;
+        };
+        // The allocator never gives one port to two services, but restored state is not
+        // checked twice: as in `healthcheck::desired`, the first by name keeps it.
+        if s.health.desired.get(&port).is_some_and(|h| (h.namespace.as_str(), h.name.as_str()) < (&key.0, &key.1)) {
+            continue;
         }
+        if let Some(other) = s.health.desired.insert(port, hc) {
+            s.health.by_service.remove(&(other.namespace, other.name));
+        }
+        s.health.by_service.insert(key, port);
+        touched.insert(port);
     }
     if s.dry_run {
         // A dry run touches neither the kernel's rules nor its sockets.
