@@ -313,3 +313,58 @@ fn error_responses_are_complete() {
         assert_eq!(h.contains("Allow: GET, HEAD"), s == Status::MethodNotAllowed, "{r}");
     }
 }
+
+mod prop {
+    use super::super::*;
+    use proptest::prelude::*;
+
+    fn request_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..600),
+            // Mostly well-formed: a request line and headers from a small alphabet.
+            (
+                prop_oneof![Just("GET"), Just("HEAD"), Just("POST"), Just("G T"), Just("")],
+                "[ -~]{0,20}",
+                prop_oneof![Just("HTTP/1.1"), Just("HTTP/1.0"), Just("HTTP/2.0"), Just("")],
+                proptest::collection::vec("[A-Za-z-]{0,8}: ?[ -~]{0,12}", 0..5),
+                prop_oneof![Just("\r\n"), Just("\n")],
+            )
+                .prop_map(|(m, t, v, hs, nl)| {
+                    let mut s = format!("{m} /{t} {v}{nl}");
+                    for h in hs {
+                        s.push_str(&h);
+                        s.push_str(nl);
+                    }
+                    s.push_str(nl);
+                    s.into_bytes()
+                }),
+        ]
+    }
+
+    proptest! {
+        /// Whatever arrives, in whatever pieces: no panic, and once the parser has
+        /// decided, more bytes do not change its mind (the reader stops at a decision).
+        #[test]
+        fn more_bytes_never_undo_a_decision(req in request_bytes(), extra in proptest::collection::vec(any::<u8>(), 0..64)) {
+            for cut in 0..=req.len() {
+                let first = parse_request(&req[..cut]);
+                if first == Parsed::Incomplete {
+                    continue;
+                }
+                let mut longer = req[..cut].to_vec();
+                longer.extend_from_slice(&extra);
+                let later = parse_request(&longer);
+                match first {
+                    Parsed::Request(m) => prop_assert_eq!(later, Parsed::Request(m)),
+                    _ => prop_assert!(matches!(later, Parsed::Error(_)), "{:?} became {:?}", first, later),
+                }
+            }
+        }
+
+        /// The reader never needs more than the limit to decide.
+        #[test]
+        fn decides_within_the_limit(req in proptest::collection::vec(any::<u8>(), MAX_REQUEST_BYTES..MAX_REQUEST_BYTES + 100)) {
+            prop_assert_ne!(parse_request(&req), Parsed::Incomplete);
+        }
+    }
+}
