@@ -8,7 +8,7 @@
 //! these ports so that the router's firewall lets them in (docs/dataplane.md).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::rc::Rc;
@@ -33,15 +33,21 @@ pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a port that could not be bound is tried again.
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The health-check ports: what they answer, their listeners and bind errors.
+/// One health-check port a service asks for.
+pub struct Port {
+    pub port: u16,
+    /// What it answers.
+    pub check: HealthCheck,
+    /// The accept task; `None` until the port could be bound.
+    listener: Option<JoinHandle<()>>,
+    /// Why it could not be bound; retried every `RETRY_INTERVAL`.
+    pub error: Option<String>,
+}
+
+/// The health-check ports, sorted by port. A plain vector: there is one per
+/// LoadBalancer + Local service, and it keeps the flash cost down.
 pub struct HealthChecks {
-    /// What each port answers, from the registry.
-    pub desired: BTreeMap<u16, HealthCheck>,
-    /// The port each service holds, to find it again when the service changes.
-    by_service: BTreeMap<Key, u16>,
-    listeners: BTreeMap<u16, JoinHandle<()>>,
-    /// Ports that could not be bound, with the error; retried every `RETRY_INTERVAL`.
-    pub errors: BTreeMap<u16, String>,
+    ports: Vec<Port>,
     /// Services to look at again.
     dirty: BTreeSet<Key>,
     all_dirty: bool,
@@ -52,10 +58,7 @@ pub struct HealthChecks {
 impl HealthChecks {
     pub fn new() -> HealthChecks {
         HealthChecks {
-            desired: BTreeMap::new(),
-            by_service: BTreeMap::new(),
-            listeners: BTreeMap::new(),
-            errors: BTreeMap::new(),
+            ports: Vec::new(),
             dirty: BTreeSet::new(),
             // The first pass looks at every restored service.
             all_dirty: true,
@@ -75,21 +78,46 @@ impl HealthChecks {
         self.wake.notify_one();
     }
 
+    /// What a port answers.
+    pub fn check(&self, port: u16) -> Option<&HealthCheck> {
+        self.ports.binary_search_by_key(&port, |p| p.port).ok().map(|i| &self.ports[i].check)
+    }
+
+    fn of_service(&self, key: &Key) -> Option<usize> {
+        self.ports.iter().position(|p| p.check.namespace == key.0 && p.check.name == key.1)
+    }
+
+    /// Gives a port to a service, or updates what it answers (the listener stays).
+    fn set(&mut self, port: u16, check: HealthCheck) {
+        match self.ports.binary_search_by_key(&port, |p| p.port) {
+            Ok(i) => self.ports[i].check = check,
+            Err(i) => self.ports.insert(i, Port { port, check, listener: None, error: None }),
+        }
+    }
+
+    /// Dropping the accept task drops the listener: the port refuses from now on;
+    /// connections already accepted finish within their timeout.
+    fn remove(&mut self, i: usize) {
+        let p = self.ports.remove(i);
+        if let Some(task) = p.listener {
+            task.abort();
+            log::debug!("closed health check port {}", p.port);
+        }
+    }
+
     /// `status.healthChecks`.
-    pub fn status_json(&self, dry_run: bool) -> Value {
-        let ports: BTreeSet<u16> = self.desired.keys().chain(self.errors.keys()).copied().collect();
+    pub fn status_json(&self) -> Value {
         Value::Array(
-            ports
-                .into_iter()
-                .map(|port| {
-                    let hc = self.desired.get(&port);
+            self.ports
+                .iter()
+                .map(|p| {
                     json!({
-                        "port": port,
-                        "namespace": hc.map(|h| h.namespace.as_str()),
-                        "name": hc.map(|h| h.name.as_str()),
-                        "localEndpoints": hc.map(|h| h.local_endpoints),
-                        "listening": self.listeners.contains_key(&port) && !dry_run,
-                        "error": self.errors.get(&port),
+                        "port": p.port,
+                        "namespace": p.check.namespace,
+                        "name": p.check.name,
+                        "localEndpoints": p.check.local_endpoints,
+                        "listening": p.listener.is_some(),
+                        "error": p.error,
                     })
                 })
                 .collect(),
@@ -105,8 +133,10 @@ impl Default for HealthChecks {
 
 impl Drop for HealthChecks {
     fn drop(&mut self) {
-        for h in self.listeners.values() {
-            h.abort();
+        for p in &self.ports {
+            if let Some(task) = &p.listener {
+                task.abort();
+            }
         }
     }
 }
@@ -118,7 +148,7 @@ pub async fn run(st: Rc<RefCell<State>>) {
     let wake = st.borrow().health.wake.clone();
     loop {
         reconcile(&st);
-        let retry = !st.borrow().health.errors.is_empty();
+        let retry = st.borrow().health.ports.iter().any(|p| p.error.is_some());
         tokio::select! {
             _ = wake.notified() => {}
             _ = tokio::time::sleep(RETRY_INTERVAL), if retry => {}
@@ -129,78 +159,69 @@ pub async fn run(st: Rc<RefCell<State>>) {
 fn reconcile(st: &Rc<RefCell<State>>) {
     let mut guard = st.borrow_mut();
     let s = &mut *guard;
-    let mut touched: BTreeSet<u16> = s.health.errors.keys().copied().collect();
     if std::mem::take(&mut s.health.all_dirty) {
         s.health.dirty.clear();
         let services = s.registry.list_services(None);
         let backends: Vec<Vec<Vec<Backend>>> =
             services.iter().map(|svc| s.registry.backends(svc).into_iter().map(|p| p.backends).collect()).collect();
         let desired = healthcheck::desired(services.iter().zip(backends.iter().map(Vec::as_slice)), &s.cfg.node_name);
-        touched.extend(s.health.desired.keys().chain(desired.keys()));
-        s.health.by_service = desired.iter().map(|(p, h)| ((h.namespace.clone(), h.name.clone()), *p)).collect();
-        s.health.desired = desired;
+        let h = &mut s.health;
+        let mut i = 0;
+        while i < h.ports.len() {
+            if desired.binary_search_by_key(&h.ports[i].port, |(p, _)| *p).is_ok() {
+                i += 1;
+            } else {
+                h.remove(i);
+            }
+        }
+        for (port, check) in desired {
+            h.set(port, check);
+        }
     }
     for key in std::mem::take(&mut s.health.dirty) {
-        if let Some(old) = s.health.by_service.remove(&key) {
-            s.health.desired.remove(&old);
-            touched.insert(old);
+        let new = s.registry.get_service(&key.0, &key.1).ok().and_then(|svc| {
+            let ports: Vec<Vec<Backend>> = s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
+            healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name)
+        });
+        let h = &mut s.health;
+        if let Some(i) = h.of_service(&key) {
+            if new.as_ref().map(|(p, _)| *p) != Some(h.ports[i].port) {
+                h.remove(i);
+            }
         }
-        let Ok(svc) = s.registry.get_service(&key.0, &key.1) else { continue };
-        let ports: Vec<Vec<Backend>> = s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
-        let Some((port, hc)) = healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name) else {
-            continue;
-        };
+        let Some((port, check)) = new else { continue };
         // The allocator never gives one port to two services, but restored state is not
         // checked twice: as in `healthcheck::desired`, the first by name keeps it.
-        if s.health.desired.get(&port).is_some_and(|h| (h.namespace.as_str(), h.name.as_str()) < (&key.0, &key.1)) {
+        if h.check(port).is_some_and(|c| (c.namespace.as_str(), c.name.as_str()) < (&key.0, &key.1)) {
             continue;
         }
-        if let Some(other) = s.health.desired.insert(port, hc) {
-            s.health.by_service.remove(&(other.namespace, other.name));
-        }
-        s.health.by_service.insert(key, port);
-        touched.insert(port);
+        h.set(port, check);
     }
     if s.dry_run {
         // A dry run touches neither the kernel's rules nor its sockets.
         return;
     }
-    for port in touched {
-        let wanted = s.health.desired.get(&port).map(|h| format!("{}/{}", h.namespace, h.name));
-        match (wanted, s.health.listeners.contains_key(&port)) {
-            (Some(svc), false) => match bind(port) {
-                Ok(listener) => {
-                    if s.health.errors.remove(&port).is_some() {
-                        log::info!("health check port {port} of service {svc} is now bound");
-                    } else {
-                        log::debug!("serving the health check of service {svc} on port {port}");
-                    }
-                    let task = tokio::task::spawn_local(accept_loop(st.clone(), listener, port));
-                    s.health.listeners.insert(port, task);
+    for p in s.health.ports.iter_mut().filter(|p| p.listener.is_none()) {
+        let (port, svc) = (p.port, format!("{}/{}", p.check.namespace, p.check.name));
+        match bind(port) {
+            Ok(listener) => {
+                if p.error.take().is_some() {
+                    log::info!("health check port {port} of service {svc} is now bound");
+                } else {
+                    log::debug!("serving the health check of service {svc} on port {port}");
                 }
-                Err(e) => {
-                    let msg = e.to_string();
-                    if s.health.errors.get(&port) != Some(&msg) {
-                        log::warn!(
-                            "cannot listen on health check port {port} of service {svc}: {msg} (retrying every {}s)",
-                            RETRY_INTERVAL.as_secs()
-                        );
-                    }
-                    s.health.errors.insert(port, msg);
-                }
-            },
-            (None, true) => {
-                if let Some(task) = s.health.listeners.remove(&port) {
-                    // Dropping the task drops the listener: the port refuses from now on;
-                    // connections already accepted finish within their timeout.
-                    task.abort();
-                    log::debug!("closed health check port {port}");
-                }
+                p.listener = Some(tokio::task::spawn_local(accept_loop(st.clone(), listener, port)));
             }
-            (None, false) => {
-                s.health.errors.remove(&port);
+            Err(e) => {
+                let msg = e.to_string();
+                if p.error.as_ref() != Some(&msg) {
+                    log::warn!(
+                        "cannot listen on health check port {port} of service {svc}: {msg} (retrying every {}s)",
+                        RETRY_INTERVAL.as_secs()
+                    );
+                }
+                p.error = Some(msg);
             }
-            (Some(_), true) => {}
         }
     }
 }
@@ -285,7 +306,7 @@ async fn serve(st: Rc<RefCell<State>>, mut stream: TcpStream, port: u16, _slot: 
                 Parsed::Error(status) => break healthcheck::error_response(status),
                 Parsed::Request(method) => {
                     let s = st.borrow();
-                    let Some(hc) = s.health.desired.get(&port) else {
+                    let Some(hc) = s.health.check(port) else {
                         // The service went away while the request arrived.
                         return;
                     };

@@ -34,7 +34,7 @@ pub fn status(st: &State) -> Value {
             "endpoints": st.registry.endpoints_count(),
             "endpointSlices": st.registry.endpoint_slice_count(),
         },
-        "healthChecks": st.health.status_json(st.dry_run),
+        "healthChecks": st.health.status_json(),
         "problems": st.registry.problems(),
         "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes },
         "uptimeSeconds": st.started.elapsed().as_secs(),

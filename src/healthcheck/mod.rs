@@ -7,7 +7,6 @@
 //! it learns which ones by probing `http://<node>:<healthCheckNodePort>/`: 200 means
 //! "send here", 503 "not here". The daemon (`daemon::health`) owns the sockets.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::dataplane::endpoints::categorize;
@@ -81,24 +80,19 @@ pub fn for_service<'a>(
     ))
 }
 
-/// Every health-check port of the given services with their backends per port. The
-/// allocator never gives one port to two services; if stored objects did, the first
-/// by namespace and name keeps it.
+/// Every health-check port of the given services with their backends per port, sorted
+/// by port. The allocator never gives one port to two services; if stored objects did,
+/// the first by namespace and name keeps it.
 pub fn desired<'a>(
     services: impl IntoIterator<Item = (&'a Service, &'a [Vec<Backend>])>,
     node_name: &str,
-) -> BTreeMap<u16, HealthCheck> {
-    let mut out: BTreeMap<u16, HealthCheck> = BTreeMap::new();
-    for (svc, ports) in services {
-        if let Some((port, hc)) = for_service(svc, ports.iter().map(Vec::as_slice), node_name) {
-            match out.get(&port) {
-                Some(held) if (held.namespace.as_str(), held.name.as_str()) <= (&hc.namespace, &hc.name) => {}
-                _ => {
-                    out.insert(port, hc);
-                }
-            }
-        }
-    }
+) -> Vec<(u16, HealthCheck)> {
+    let mut out: Vec<(u16, HealthCheck)> = services
+        .into_iter()
+        .filter_map(|(svc, ports)| for_service(svc, ports.iter().map(Vec::as_slice), node_name))
+        .collect();
+    out.sort_unstable_by(|(pa, a), (pb, b)| (pa, &a.namespace, &a.name).cmp(&(pb, &b.namespace, &b.name)));
+    out.dedup_by_key(|(port, _)| *port);
     out
 }
 
