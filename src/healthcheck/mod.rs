@@ -87,12 +87,21 @@ pub fn desired<'a>(
     services: impl IntoIterator<Item = (&'a Service, &'a [Vec<Backend>])>,
     node_name: &str,
 ) -> Vec<(u16, HealthCheck)> {
-    let mut out: Vec<(u16, HealthCheck)> = services
-        .into_iter()
-        .filter_map(|(svc, ports)| for_service(svc, ports.iter().map(Vec::as_slice), node_name))
-        .collect();
-    out.sort_unstable_by(|(pa, a), (pb, b)| (pa, &a.namespace, &a.name).cmp(&(pb, &b.namespace, &b.name)));
-    out.dedup_by_key(|(port, _)| *port);
+    let mut out: Vec<(u16, HealthCheck)> = Vec::new();
+    for (svc, ports) in services {
+        let Some((port, hc)) = for_service(svc, ports.iter().map(Vec::as_slice), node_name) else { continue };
+        // Kept sorted by inserting in place: a handful of ports, and no sort routine
+        // to pay flash for.
+        match out.binary_search_by_key(&port, |(p, _)| *p) {
+            Ok(i) => {
+                let held = &out[i].1;
+                if (&hc.namespace, &hc.name) < (&held.namespace, &held.name) {
+                    out[i].1 = hc;
+                }
+            }
+            Err(i) => out.insert(i, (port, hc)),
+        }
+    }
     out
 }
 
