@@ -437,6 +437,39 @@ fn events_report_other_processes_changes_only() {
     });
 }
 
+/// While muted (the daemon's own commits) the socket is out of the multicast group: the
+/// kernel builds no notifications, so changes go unseen, and only the generation tells.
+#[test]
+fn muted_events_see_nothing_and_the_generation_tells() {
+    let Some(ns) = Netns::new() else { return };
+    let name = ns.name.clone();
+    ns.run(move || async move {
+        use std::time::Duration;
+        use tokio::time::timeout;
+        let nft_cli = |args: &[&str]| {
+            let st =
+                std::process::Command::new("ip").args(["netns", "exec", &name, "nft"]).args(args).status().unwrap();
+            assert!(st.success(), "nft {args:?}");
+        };
+        let mut ev = nft::EventStream::new(nodeportd::nft::wire::NFPROTO_INET, T).unwrap();
+        let mut s = NftSocket::new().unwrap();
+        nft::full_sync(&mut s, &synthetic::ruleset(3, 2)).await.unwrap();
+
+        ev.mute().unwrap();
+        let g0 = s.generation().await.unwrap();
+        nft_cli(&["add", "rule", "inet", T, "services", "counter"]);
+        let g1 = s.generation().await.unwrap();
+        ev.unmute().unwrap();
+        let missed = timeout(Duration::from_millis(300), ev.next_event()).await;
+        assert!(missed.is_err(), "a change made while muted was reported: {missed:?}");
+        assert_eq!(g1, g0.wrapping_add(1), "the generation did not count the unseen commit");
+
+        nft_cli(&["delete", "table", "inet", T]);
+        let e = timeout(Duration::from_secs(5), ev.next_event()).await.unwrap().unwrap();
+        assert!(matches!(e, TableEvent::Changed { deleted: true, .. }), "after unmute: {e:?}");
+    });
+}
+
 #[test]
 fn a_stale_generation_refuses_the_batch() {
     let Some(ns) = Netns::new() else { return };

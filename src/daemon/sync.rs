@@ -357,9 +357,34 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                 }
                 Ok((0, matches!(change, Change::Full(_))))
             }
-            Engine::Kernel { sock, our_gen, .. } => {
+            Engine::Kernel { sock, events, our_gen } => {
+                let muted = match events.as_mut().map(EventStream::mute) {
+                    Some(Ok(())) => true,
+                    Some(Err(e)) => {
+                        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
+                        *events = None;
+                        false
+                    }
+                    None => false,
+                };
+                // Asked once muted: commits before this were seen as events.
+                let before = sock.generation().await.ok();
                 let r = apply(sock, change, &cache).await;
-                *our_gen = if r.is_ok() { sock.generation().await.ok() } else { None };
+                if muted {
+                    if let Some(Err(e)) = events.as_mut().map(EventStream::unmute) {
+                        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
+                        *events = None;
+                    }
+                }
+                let now = sock.generation().await.ok();
+                *our_gen = if r.is_ok() { now } else { None };
+                // Our commit is exactly one generation; more means someone else committed
+                // while we were not listening (maybe to another table: we cannot tell).
+                if r.is_ok() && muted && before.map(|g| g.wrapping_add(1)) != now {
+                    log::info!("another nf_tables commit happened during ours; checking our table with a full sync");
+                    st.borrow_mut().full_resync = true;
+                    wake.notify_one();
+                }
                 r
             }
         };

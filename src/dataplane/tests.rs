@@ -10,6 +10,9 @@ use crate::nft::ir::*;
 use crate::nft::render::render;
 
 use super::names;
+
+#[path = "../../tests/nft_common/listing.rs"]
+mod listing;
 use super::*;
 
 include!("cases.rs");
@@ -184,29 +187,7 @@ fn nft_loads_the_rendering_and_lists_it_back() {
     let out = std::process::Command::new("unshare").args(["--net", "sh", "-c", &script]).output().unwrap();
     assert!(out.status.success(), "nft refused the rendering:\n{}", String::from_utf8_lossy(&out.stderr));
     let listed = String::from_utf8_lossy(&out.stdout);
-    // What the kernel adds by itself: the default size of dynamic sets.
-    let normalize = |s: &str| -> Vec<String> {
-        let mut lines = Vec::new();
-        let mut elements: Option<String> = None;
-        for l in s.lines().map(str::trim).filter(|l| !l.starts_with("size ")) {
-            let acc = match (elements.take(), l.strip_prefix("elements = {")) {
-                (None, None) => {
-                    lines.push(l.to_string());
-                    continue;
-                }
-                (None, Some(rest)) => rest.to_string(),
-                (Some(acc), _) => acc + " " + l,
-            };
-            match acc.strip_suffix('}') {
-                // The kernel lists elements in its own order: compare them one by one.
-                Some(all) => lines.extend(all.split(',').map(|e| format!("element {}", e.trim()))),
-                None => elements = Some(acc),
-            }
-        }
-        lines.sort();
-        lines
-    };
-    let (want, got) = (normalize(&text), normalize(&listed));
+    let (want, got) = (listing::normalize(&text), listing::normalize(&listed));
     let missing: Vec<&String> = want.iter().filter(|l| !got.contains(l)).collect();
     let extra: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
     assert!(

@@ -7,6 +7,8 @@
 //! programmed over netlink by the sync engine, and against the daemon programming the
 //! router from objects applied with `nodeportctl apply -f`.
 
+#[path = "../nft_common/listing.rs"]
+mod listing;
 mod objects;
 mod scenarios;
 mod topo;
@@ -49,29 +51,6 @@ fn test_input(objs: &objects::Objects) -> Input<'_> {
     }
 }
 
-/// A listing in a form where the kernel's own additions and element order do not matter:
-/// one line per statement or element, sorted.
-fn normalize(listing: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut elements: Option<String> = None;
-    for l in listing.lines().map(str::trim).filter(|l| !l.starts_with("size ")) {
-        let acc = match (elements.take(), l.strip_prefix("elements = {")) {
-            (None, None) => {
-                lines.push(l.to_string());
-                continue;
-            }
-            (None, Some(rest)) => rest.to_string(),
-            (Some(acc), _) => acc + " " + l,
-        };
-        match acc.strip_suffix('}') {
-            Some(all) => lines.extend(all.split(',').map(|e| format!("element {}", e.trim()))),
-            None => elements = Some(acc),
-        }
-    }
-    lines.sort();
-    lines
-}
-
 /// The same ruleset programmed over netlink (`nft::full_sync`, the daemon's code path)
 /// from a thread inside the router's namespace: the kernel must hold exactly what the
 /// text form describes, and carry the same traffic.
@@ -101,7 +80,7 @@ fn netlink_programmed_ruleset_carries_traffic() {
         .expect("the sync thread");
     });
     let listed = t.sh("rt", "nft list table inet nodeportd");
-    let (want, got) = (normalize(&render(&rs)), normalize(&listed));
+    let (want, got) = (listing::normalize(&render(&rs)), listing::normalize(&listed));
     let only_ours: Vec<&String> = want.iter().filter(|l| !got.contains(l)).collect();
     let only_kernel: Vec<&String> = got.iter().filter(|l| !want.contains(l)).collect();
     assert!(
