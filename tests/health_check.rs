@@ -269,6 +269,13 @@ fn health_check_node_port_answers_like_kube_proxy() {
     let (rc, post) = net.curl("cl", &format!("-X POST http://198.18.1.1:{port}/"));
     assert!(rc == 0 && post.starts_with("HTTP/1.1 405 Method Not Allowed\n"), "{rc} {post}");
     assert_eq!(header(&post, "Allow"), Some("GET, HEAD"));
+    // A request body is never read; the client still gets its answer.
+    let big = net.try_sh(
+        "cl",
+        &format!("head -c 200000 /dev/zero | curl -sS -i --max-time 3 --data-binary @- http://198.18.1.1:{port}/"),
+    );
+    let big = String::from_utf8_lossy(&big.stdout).replace("\r\n", "\n");
+    assert!(big.starts_with("HTTP/1.1 405 "), "POST with a 200 kB body: {big}");
     eprintln!("ok: IPv6 GET 200, HEAD 200 without a body, POST 405");
 
     // Not a NodePort address: the connection is closed without an answer.

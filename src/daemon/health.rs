@@ -322,8 +322,10 @@ async fn serve(st: Rc<RefCell<State>>, mut stream: TcpStream, port: u16, _slot: 
                 Ok(n) => buf.extend_from_slice(&chunk[..n]),
             }
         };
-        if stream.write_all(&answer).await.is_ok() {
-            let _ = stream.shutdown().await;
+        if stream.write_all(&answer).await.is_ok() && stream.shutdown().await.is_ok() {
+            // Closing with unread bytes (a request body) would send a reset that can
+            // destroy the answer at the client: read until it closes, within the timeout.
+            while matches!(stream.read(&mut chunk).await, Ok(n) if n > 0) {}
         }
     })
     .await;
