@@ -75,6 +75,9 @@ pub fn status_text(s: &Value) -> String {
         if let Some(e) = dp.get("lastError").filter(|e| !e.is_null()) {
             line(&mut out, "  last error", text(Some(e)));
         }
+        for c in dp.get("conflicts").and_then(Value::as_array).into_iter().flatten() {
+            line(&mut out, "  conflict", text(Some(c)));
+        }
     }
 
     health_checks(&mut out, s.get("healthChecks"));

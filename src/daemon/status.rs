@@ -28,6 +28,7 @@ pub fn status(st: &State) -> Value {
             "transactions": dp.transactions,
             "fullSyncs": dp.full_syncs,
             "lastMessages": dp.last_messages,
+            "conflicts": dp.conflicts,
         },
         "objects": {
             "services": st.registry.service_count(),

@@ -18,6 +18,7 @@ use super::State;
 use crate::config::Config;
 use crate::conntrack::{self, UdpFlowFilter};
 use crate::dataplane::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
+use crate::dataplane::claims::{self, Claims};
 use crate::led::LedState;
 use crate::model::{Protocol, Service, ServiceType};
 use crate::nft::sync::{partial_sync_ops, Plan};
@@ -34,6 +35,9 @@ pub struct DataplaneStatus {
     pub full_syncs: u64,
     /// Netlink messages the last transaction sent.
     pub last_messages: u64,
+    /// Elements left out because another service holds their key (`SERVICE: KEY in MAP
+    /// is held by OTHER`).
+    pub conflicts: Vec<String>,
 }
 
 impl DataplaneStatus {
@@ -105,6 +109,8 @@ struct UdpPort {
 #[derive(Default)]
 struct Cache {
     pieces: BTreeMap<Key, ServicePieces>,
+    /// Who holds each map key (`pieces` are what remains after the claims).
+    claims: Claims<Key>,
     udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
     /// The fixed part of the table as last built (node addresses live here).
     skeleton: Option<Ruleset>,
@@ -198,19 +204,39 @@ fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFi
     let input = input_for(st);
     let skeleton = build_skeleton(&input);
     let full = full || cache.skeleton.is_none();
-    let keys: Vec<Key> = if full {
+    let mut keys: BTreeSet<Key> = if full {
         let mut all: BTreeSet<Key> = cache.pieces.keys().cloned().collect();
         all.extend(st.registry.list_services(None).iter().map(|s| (s.namespace().to_string(), s.name().to_string())));
         st.dirty.clear();
-        all.into_iter().collect()
+        cache.claims.clear();
+        all
     } else {
-        std::mem::take(&mut st.dirty).into_iter().collect()
+        std::mem::take(&mut st.dirty)
     };
+    if !full {
+        // What the changed services held is free again; services that waited for it
+        // (rare: contested externalIPs / LoadBalancer IPs) are rebuilt with them.
+        let mut release: Vec<Key> = keys.iter().cloned().collect();
+        while let Some(key) = release.pop() {
+            if let Some(old) = cache.pieces.get(&key) {
+                for waiter in cache.claims.release(&key, old) {
+                    if keys.insert(waiter.clone()) {
+                        release.push(waiter);
+                    }
+                }
+            }
+        }
+    }
+    // Gone services first, then the oldest: a contested key goes to the oldest claimant.
+    let mut keys: Vec<(Option<Service>, Key)> =
+        keys.into_iter().map(|k| (st.registry.get_service(&k.0, &k.1).ok(), k)).collect();
+    keys.sort_by(|(a, ka), (b, kb)| {
+        a.as_ref().map(claims::precedence).cmp(&b.as_ref().map(claims::precedence)).then_with(|| ka.cmp(kb))
+    });
     let mut before = cache.skeleton.take().unwrap_or_default();
     let mut after = skeleton.clone();
     let mut stale = Vec::new();
-    for key in keys {
-        let svc = st.registry.get_service(&key.0, &key.1).ok();
+    for (svc, key) in keys {
         let new_udp = match &svc {
             Some(s) if s.service_type() != ServiceType::ExternalName => udp_ports(s, st),
             _ => BTreeMap::new(),
@@ -223,7 +249,15 @@ fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFi
             Some(svc) => {
                 let backends =
                     st.registry.backends(&svc).into_iter().map(|p| (p.name.unwrap_or_default(), p.backends)).collect();
-                let pieces = build_service(&input, &ServiceInput { service: &svc, backends });
+                let mut pieces = build_service(&input, &ServiceInput { service: &svc, backends });
+                for c in cache.claims.claim(&key, &mut pieces) {
+                    log::warn!(
+                        "service {}/{}: not programmed: {}",
+                        key.0,
+                        key.1,
+                        c.describe(&format!("{}/{}", c.holder.0, c.holder.1))
+                    );
+                }
                 if !full {
                     pieces.clone().merge_into(&mut after);
                 }
@@ -238,6 +272,14 @@ fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFi
             old.merge_into(&mut before);
         }
     }
+    st.dataplane.conflicts = cache
+        .claims
+        .conflicts()
+        .flat_map(|(k, cs)| {
+            cs.iter()
+                .map(move |c| format!("{}/{}: {}", k.0, k.1, c.describe(&format!("{}/{}", c.holder.0, c.holder.1))))
+        })
+        .collect();
     cache.skeleton = Some(skeleton);
     let change = if full {
         Change::Full(assemble(cache.skeleton.as_ref().expect("just set"), cache))

@@ -101,9 +101,12 @@ impl ServicePieces {
 pub fn build(input: &Input) -> Ruleset {
     let mut rs = build_skeleton(input);
     let mut services: Vec<&ServiceInput> = input.services.iter().collect();
-    services.sort_by(|a, b| (a.service.namespace(), a.service.name()).cmp(&(b.service.namespace(), b.service.name())));
+    services.sort_by(|a, b| super::claims::precedence(a.service).cmp(&super::claims::precedence(b.service)));
+    let mut claims = super::claims::Claims::default();
     for svc in services {
-        build_service(input, svc).merge_into(&mut rs);
+        let mut pieces = build_service(input, svc);
+        claims.claim(&(svc.service.namespace(), svc.service.name()), &mut pieces);
+        pieces.merge_into(&mut rs);
     }
     for (_, els) in &mut rs.elements {
         els.sort_by(|a, b| a.key.cmp(&b.key));

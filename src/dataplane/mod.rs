@@ -5,6 +5,7 @@
 //! See docs/dataplane.md for the ruleset in nft syntax.
 
 pub mod builder;
+pub mod claims;
 pub mod endpoints;
 pub mod names;
 

@@ -207,3 +207,34 @@ fn input_comes_from_the_config_and_registry_shaped_ports() {
     let si = ServiceInput::from_ports(&s, vec![(None, vec![be("198.18.2.11:8080 ready")])]);
     assert_eq!(si.backends[""].len(), 1);
 }
+
+/// Two services with the same externalIP and port: one map element, for the older one,
+/// whatever order they come in (the kernel would refuse two).
+#[test]
+fn a_contested_external_ip_goes_to_the_oldest_service() {
+    let mk = |name: &str, cip: &str, created: &str| {
+        svc(&format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
+            "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
+            "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
+        ))
+    };
+    let older = mk("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z");
+    let newer = mk("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z");
+    for order in [[&older, &newer], [&newer, &older]] {
+        let backends = || ports(&[("", &["198.18.2.11:8080 ready"])]);
+        let rs = build(&input(order.iter().map(|s| ServiceInput { service: s, backends: backends() }).collect()));
+        let contested: Vec<String> = rs
+            .elements
+            .iter()
+            .flat_map(|(map, els)| els.iter().map(move |e| (map, e)))
+            .filter(|(_, e)| e.key.first() == Some(&Value::Addr("198.18.3.20".parse().unwrap())))
+            .map(|(map, e)| format!("{map} {:?}", e.data))
+            .collect();
+        assert_eq!(contested.len(), 1, "{contested:#?}");
+        assert!(contested[0].contains("zz-older"), "{contested:#?}");
+        // Each keeps its own ClusterIP.
+        let text = render(&rs);
+        assert!(text.contains("198.19.0.31 . tcp . 80") && text.contains("198.19.0.32 . tcp . 80"), "{text}");
+    }
+}

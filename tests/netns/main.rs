@@ -118,6 +118,29 @@ fn echo_slice_without(ip: &str) -> String {
     slice.to_string()
 }
 
+/// A ClusterIP service `name` with externalIP 198.18.3.20 port 80 and one endpoint.
+fn contested_service(name: &str, endpoint: &str) -> String {
+    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+         "spec": {"externalIPs": ["198.18.3.20"], "selector": {"app": name},
+                  "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": format!("{name}-1"), "namespace": "default",
+                      "labels": {"kubernetes.io/service-name": name}},
+         "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+         "endpoints": [{"addresses": [endpoint], "conditions": {"ready": true}}]}
+    ]})
+    .to_string()
+}
+
+/// Which backends answered `count` requests to 198.18.3.20:80 from the client.
+fn contested_answers(t: &Topo, count: u32) -> std::collections::BTreeSet<String> {
+    t.probe("cl", "tcp", "198.18.3.20", 80, count, 2.0)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect()
+}
+
 /// Ignored by a plain `cargo test` (it needs the release-grade daemon and takes a while);
 /// `tests/netns/run.sh` runs it.
 #[test]
@@ -200,6 +223,50 @@ fn daemon_carries_traffic() {
     };
     assert!(second.starts_with(stays), "3 s after {gone} left the echo service the same socket still got {second:?}");
     eprintln!("ok: stale UDP conntrack to {gone} removed: the same client socket now reaches {stays}");
+
+    // Two services claim the same externalIP and port: the kernel would refuse a second
+    // map element with that key (and the whole transaction with it). The first service
+    // keeps it, the second is reported, the data plane stays in sync for everyone else,
+    // and the second takes over when the first goes.
+    for (name, endpoint) in [("contest-a", "198.18.2.11"), ("contest-b", "198.18.2.12")] {
+        let f = dir.path().join(format!("{name}.json"));
+        std::fs::write(&f, contested_service(name, endpoint)).unwrap();
+        eprintln!("{}", ctl(&format!("apply -f {}", f.display())));
+    }
+    wait_for(
+        &t,
+        "rt",
+        "the contested externalIP in the kernel",
+        "nft list table inet nodeportd | grep -q '198.18.3.20 . tcp . 80'",
+        Duration::from_secs(5),
+    );
+    let in_sync = format!("{bin} ctl --socket {socket} status -o json | tr -d ' \\n' | grep -q '\"inSync\":true'");
+    wait_for(&t, "rt", "the data plane in sync with a contested key", &in_sync, Duration::from_secs(5));
+    let status = ctl("status -o json");
+    assert!(
+        status.contains("default/contest-b: 198.18.3.20 . tcp . 80 in service-ips-v4 is held by default/contest-a"),
+        "the conflict is not reported: {status}"
+    );
+    assert!(status.contains("\"lastError\": null"), "a contested key broke the sync: {status}");
+    assert_eq!(
+        contested_answers(&t, 6),
+        std::collections::BTreeSet::from(["b1".to_string()]),
+        "the first claimant lost the externalIP"
+    );
+    scenarios::nodeport_works(&t);
+    eprintln!("ok: a contested externalIP stays with the first service; the rest of the table is in sync");
+    eprintln!("{}", ctl("delete svc contest-a -n default"));
+    let moved = "nft list table inet nodeportd | grep '198.18.3.20 . tcp . 80' | grep -q contest-b";
+    wait_for(&t, "rt", "the externalIP handed to the second service", moved, Duration::from_secs(5));
+    assert_eq!(
+        contested_answers(&t, 6),
+        std::collections::BTreeSet::from(["b2".to_string()]),
+        "the waiting service did not take over"
+    );
+    let status = ctl("status -o json");
+    assert!(!status.contains("is held by"), "a conflict is still reported: {status}");
+    eprintln!("{}", ctl("delete svc contest-b -n default"));
+    eprintln!("ok: the externalIP goes to the waiting service when its holder is deleted");
 
     // Self-heal: the table deleted under the daemon's feet comes back by itself.
     t.sh("rt", "nft delete table inet nodeportd");

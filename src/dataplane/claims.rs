@@ -1,0 +1,191 @@
+//! Who holds each key of the table's shared maps.
+//!
+//! ClusterIPs and NodePorts are unique by allocation, but nothing makes `externalIPs`
+//! or LoadBalancer ingress IPs unique: two services can both say `198.18.5.5` port 80.
+//! The kernel refuses a map element whose key exists with other data, and it would
+//! refuse the whole transaction, every time, for every service. So each key has one
+//! holder: the service that claimed it first (a full build claims in [`precedence`]
+//! order: the oldest service wins, as after a restart). The others' elements are
+//! withheld, reported as conflicts, and come back when the holder lets the key go.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::model::Service;
+use crate::nft::ir::Value;
+use crate::nft::render;
+
+use super::ServicePieces;
+
+/// The order in which services claim keys: oldest first (`creationTimestamp`, RFC 3339
+/// in UTC compares as text), then by namespace and name.
+pub fn precedence(svc: &Service) -> (&str, &str, &str) {
+    let created = svc.metadata.creation_timestamp.as_deref().unwrap_or("~");
+    (created, svc.namespace(), svc.name())
+}
+
+/// One withheld element: `key` of map `map` is held by `holder`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict<K> {
+    pub map: String,
+    pub key: Vec<Value>,
+    pub holder: K,
+}
+
+impl<K> Conflict<K> {
+    /// `198.18.5.5 . tcp . 80 in service-ips-v4 is held by HOLDER`.
+    pub fn describe(&self, holder: &str) -> String {
+        let key: Vec<String> = self.key.iter().map(render::value).collect();
+        format!("{} in {} is held by {holder}", key.join(" . "), self.map)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Claims<K> {
+    holder: BTreeMap<Vec<Value>, K>,
+    /// Services with withheld elements, and the keys they wait for.
+    waiting: BTreeMap<K, Vec<Conflict<K>>>,
+}
+
+impl<K: Ord + Clone> Claims<K> {
+    /// Takes the keys of `pieces` for `who` where they are free, and removes from
+    /// `pieces` the elements whose key another service holds (returned).
+    pub fn claim(&mut self, who: &K, pieces: &mut ServicePieces) -> Vec<Conflict<K>> {
+        let mut conflicts = Vec::new();
+        pieces.elements.retain(|(map, el)| match self.holder.get(&el.key) {
+            Some(h) if h != who => {
+                conflicts.push(Conflict { map: map.clone(), key: el.key.clone(), holder: h.clone() });
+                false
+            }
+            Some(_) => true,
+            None => {
+                self.holder.insert(el.key.clone(), who.clone());
+                true
+            }
+        });
+        if conflicts.is_empty() {
+            self.waiting.remove(who);
+        } else {
+            self.waiting.insert(who.clone(), conflicts.clone());
+        }
+        conflicts
+    }
+
+    /// Lets go of what `who` held (its `pieces` as last claimed) and of what it waited
+    /// for. Returns the services that waited for a released key: they should claim again.
+    pub fn release(&mut self, who: &K, pieces: &ServicePieces) -> BTreeSet<K> {
+        self.waiting.remove(who);
+        let mut freed = BTreeSet::new();
+        for (_, el) in &pieces.elements {
+            if self.holder.get(&el.key) == Some(who) {
+                self.holder.remove(&el.key);
+                freed.insert(&el.key);
+            }
+        }
+        if freed.is_empty() {
+            return BTreeSet::new();
+        }
+        self.waiting
+            .iter()
+            .filter(|(_, cs)| cs.iter().any(|c| freed.contains(&c.key)))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Every withheld element, by service.
+    pub fn conflicts(&self) -> impl Iterator<Item = (&K, &Vec<Conflict<K>>)> {
+        self.waiting.iter()
+    }
+
+    pub fn clear(&mut self) {
+        self.holder.clear();
+        self.waiting.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nft::ir::Element;
+
+    fn pieces(keys: &[(&str, &str, u16)]) -> ServicePieces {
+        ServicePieces {
+            elements: keys
+                .iter()
+                .map(|(map, ip, port)| {
+                    let key = vec![Value::Addr(ip.parse().unwrap()), Value::Proto(6), Value::Port(*port)];
+                    (map.to_string(), Element { key, data: None, timeout: None })
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_first_claimant_holds_a_key_and_the_second_waits() {
+        let mut c: Claims<&str> = Claims::default();
+        let mut a = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("service-ips-v4", "198.19.0.1", 80)]);
+        assert!(c.claim(&"a", &mut a).is_empty());
+        assert_eq!(a.elements.len(), 2);
+
+        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("service-ips-v4", "198.19.0.2", 80)]);
+        let conflicts = c.claim(&"b", &mut b);
+        assert_eq!(b.elements.len(), 1, "b keeps only its free key");
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(conflicts[0].holder, "a");
+        assert_eq!(conflicts[0].describe(conflicts[0].holder), "198.18.5.5 . tcp . 80 in service-ips-v4 is held by a");
+        assert_eq!(c.conflicts().count(), 1);
+
+        // An update of a: it lets go (b is named, to claim again), takes its keys back
+        // first, and b is still left out.
+        let woken = c.release(&"a", &a);
+        assert_eq!(woken.into_iter().collect::<Vec<_>>(), vec!["b"]);
+        let mut a2 = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        assert!(c.claim(&"a", &mut a2).is_empty());
+        let mut b2 = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("service-ips-v4", "198.19.0.2", 80)]);
+        assert_eq!(c.claim(&"b", &mut b2).len(), 1);
+        assert_eq!(b2.elements.len(), 1);
+    }
+
+    #[test]
+    fn releasing_a_key_names_who_waited_and_the_waiter_gets_it() {
+        let mut c: Claims<&str> = Claims::default();
+        let mut a = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        c.claim(&"a", &mut a);
+        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        assert_eq!(c.claim(&"b", &mut b).len(), 1);
+        let mut other = pieces(&[("service-ips-v4", "198.18.9.9", 80)]);
+        c.claim(&"x", &mut other);
+
+        assert!(c.release(&"x", &other).is_empty(), "x freed nothing b waits for");
+        let woken = c.release(&"a", &a);
+        assert_eq!(woken.into_iter().collect::<Vec<_>>(), vec!["b"]);
+        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        assert!(c.claim(&"b", &mut b).is_empty());
+        assert_eq!(b.elements.len(), 1);
+        assert_eq!(c.conflicts().count(), 0);
+    }
+
+    #[test]
+    fn one_service_may_use_a_key_in_several_maps() {
+        let mut c: Claims<&str> = Claims::default();
+        let mut a = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("firewall-ips-v4", "198.18.5.5", 80)]);
+        assert!(c.claim(&"a", &mut a).is_empty());
+        assert_eq!(a.elements.len(), 2);
+        // The second claimant loses it in every map.
+        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("no-endpoint-services-v4", "198.18.5.5", 80)]);
+        assert_eq!(c.claim(&"b", &mut b).len(), 2);
+        assert!(b.elements.is_empty());
+    }
+
+    #[test]
+    fn a_waiter_that_goes_away_is_forgotten() {
+        let mut c: Claims<&str> = Claims::default();
+        let mut a = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        c.claim(&"a", &mut a);
+        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
+        c.claim(&"b", &mut b);
+        assert!(c.release(&"b", &b).is_empty());
+        assert_eq!(c.conflicts().count(), 0);
+        assert!(c.release(&"a", &a).is_empty(), "nobody waits any more");
+    }
+}
