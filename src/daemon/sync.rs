@@ -21,7 +21,7 @@ use crate::dataplane::builder::{build_service, build_skeleton, Input, ServiceInp
 use crate::dataplane::claims::{self, Claims};
 use crate::led::LedState;
 use crate::model::{Protocol, Service, ServiceType};
-use crate::nft::sync::{partial_sync_ops, Plan};
+use crate::nft::sync::{partial_sync_ops, Part, Plan};
 use crate::nft::{self, EventStream, Family, NftSocket, Ruleset, TableEvent};
 
 /// `status.dataplane`.
@@ -181,15 +181,16 @@ fn stale_udp(old: &BTreeMap<String, UdpPort>, new: &BTreeMap<String, UdpPort>) -
 
 /// What one sync sends to the kernel.
 enum Change {
-    /// Replace the whole table (start, after a failure, drift, config changes).
-    Full(Ruleset),
+    /// Replace the whole table (start, after a failure, drift, config changes) with
+    /// the cached skeleton and pieces.
+    Full,
     /// Only the changed services and the fixed part, before and after: the diff of
     /// these small rulesets is the transaction, so an update costs O(changed objects)
     /// however many services exist.
     Partial { before: Ruleset, after: Ruleset },
 }
 
-/// The whole desired table.
+/// The whole desired table, as one value (for `--dry-run`; a sync streams the pieces).
 fn assemble(skeleton: &Ruleset, cache: &Cache) -> Ruleset {
     let mut rs = skeleton.clone();
     for p in cache.pieces.values() {
@@ -281,31 +282,28 @@ fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFi
         })
         .collect();
     cache.skeleton = Some(skeleton);
-    let change = if full {
-        Change::Full(assemble(cache.skeleton.as_ref().expect("just set"), cache))
-    } else {
-        Change::Partial { before, after }
-    };
+    let change = if full { Change::Full } else { Change::Partial { before, after } };
     (change, stale)
 }
 
 /// Send one change: the diff of a partial change, or the whole table. Returns the
 /// number of netlink messages and whether the table was replaced.
 async fn apply(sock: &mut NftSocket, change: Change, cache: &Cache) -> Result<(u64, bool), String> {
-    let full = match change {
-        Change::Full(rs) => rs,
-        Change::Partial { before, after } => match partial_sync_ops(&before, &after).map_err(|e| e.to_string())? {
+    if let Change::Partial { before, after } = change {
+        match partial_sync_ops(&before, &after).map_err(|e| e.to_string())? {
             Plan::Partial(ops) => {
                 let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
                 return Ok((stats.messages as u64, false));
             }
-            Plan::Full(why) => {
-                log::debug!("replacing the table: {why}");
-                assemble(cache.skeleton.as_ref().expect("planned"), cache)
-            }
-        },
-    };
-    let rep = nft::full_sync(sock, &full).await.map_err(|e| e.to_string())?;
+            Plan::Full(why) => log::debug!("replacing the table: {why}"),
+        }
+    }
+    // Lowered straight from the cache, one message at a time: neither an assembled
+    // copy of the table nor all its messages exist at once.
+    let skeleton = cache.skeleton.as_ref().expect("planned");
+    let parts: Vec<Part> =
+        cache.pieces.values().map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &p.elements }).collect();
+    let rep = nft::sync::full_sync_parts(sock, skeleton, &parts).await.map_err(|e| e.to_string())?;
     Ok((rep.stats.messages as u64, true))
 }
 
@@ -382,12 +380,7 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
         let result: Result<(u64, bool), String> = match &mut engine {
             Engine::DryRun => {
                 // A dry run prints the whole table each time something changed in it.
-                let text = match &change {
-                    Change::Full(rs) => nft::render::render(rs),
-                    Change::Partial { .. } => {
-                        nft::render::render(&assemble(cache.skeleton.as_ref().expect("planned"), &cache))
-                    }
-                };
+                let text = nft::render::render(&assemble(cache.skeleton.as_ref().expect("planned"), &cache));
                 if cache.printed.as_deref() != Some(text.as_str()) {
                     use std::io::Write;
                     let mut out = std::io::stdout().lock();
@@ -397,7 +390,7 @@ pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::S
                     let _ = out.flush();
                     cache.printed = Some(text);
                 }
-                Ok((0, matches!(change, Change::Full(_))))
+                Ok((0, matches!(change, Change::Full)))
             }
             Engine::Kernel { sock, events, our_gen } => {
                 let muted = match events.as_mut().map(EventStream::mute) {

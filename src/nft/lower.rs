@@ -236,45 +236,34 @@ impl Lowerer {
 
     /// `NEWSETELEM`/`DELSETELEM` messages for elements of `set`, split so each
     /// element list stays below the 64 KiB attribute length limit.
-    pub fn elements(&self, set: &Set, elems: &[Element], add: bool) -> Result<Vec<Op>, LowerError> {
-        let mut encoded = Vec::with_capacity(elems.len());
-        for e in elems {
-            encoded.extend(element_attrs(set, e, add)?);
-        }
-        Ok(self.element_ops(&set.name, None, encoded, add))
+    pub fn elements<'e>(
+        &self,
+        set: &Set,
+        elems: impl IntoIterator<Item = &'e Element>,
+        add: bool,
+    ) -> Result<Vec<Op>, LowerError> {
+        let mut ops = Vec::new();
+        self.elements_each(set, elems, add, &mut |op| ops.push(op))?;
+        Ok(ops)
     }
 
-    fn element_ops(&self, set: &str, set_id: Option<u32>, encoded: Vec<Attr>, add: bool) -> Vec<Op> {
-        use netlink_packet_core::Emitable;
-        let mut ops = Vec::new();
-        let mut chunk: Vec<Attr> = Vec::new();
-        let mut size = 0;
-        let flush = |chunk: Vec<Attr>, ops: &mut Vec<Op>| {
-            let count = chunk.len();
-            let mut attrs = vec![Attr::str(wire::elem::LIST_TABLE, &self.table), Attr::str(wire::elem::LIST_SET, set)];
-            if let Some(id) = set_id {
-                attrs.push(Attr::u32(wire::elem::LIST_SET_ID, id));
+    /// [`Lowerer::elements`] one message at a time: only one chunk's attributes
+    /// exist at once, however many elements the set has.
+    pub fn elements_each<'e>(
+        &self,
+        set: &Set,
+        elems: impl IntoIterator<Item = &'e Element>,
+        add: bool,
+        sink: &mut dyn FnMut(Op),
+    ) -> Result<(), LowerError> {
+        let mut chunks = Chunker::new(self, &set.name, None, add);
+        for e in elems {
+            for a in element_attrs(set, e, add)? {
+                chunks.push(a, sink);
             }
-            attrs.push(Attr::nested(wire::elem::LIST_ELEMENTS, chunk));
-            ops.push(Op {
-                msg: self.msg(if add { MsgType::NewSetElem } else { MsgType::DelSetElem }, attrs),
-                flags: if add { NLM_F_CREATE } else { 0 },
-                object: Object::Elements { set: set.to_string(), count },
-            });
-        };
-        for a in encoded {
-            let l = a.buffer_len();
-            if size + l > MAX_ELEMS_BYTES && !chunk.is_empty() {
-                flush(std::mem::take(&mut chunk), &mut ops);
-                size = 0;
-            }
-            size += l;
-            chunk.push(a);
         }
-        if !chunk.is_empty() {
-            flush(chunk, &mut ops);
-        }
-        ops
+        chunks.flush(sink);
+        Ok(())
     }
 
     /// The messages of one rule: anonymous maps it needs, then `NEWRULE`.
@@ -316,6 +305,52 @@ impl Lowerer {
             rl.stmt(s).map_err(|reason| LowerError { object: "rule".into(), reason })?;
         }
         Ok(rl.exprs)
+    }
+}
+
+/// Packs encoded elements into element-list messages below [`MAX_ELEMS_BYTES`].
+struct Chunker<'a> {
+    l: &'a Lowerer,
+    set: &'a str,
+    set_id: Option<u32>,
+    add: bool,
+    chunk: Vec<Attr>,
+    size: usize,
+}
+
+impl<'a> Chunker<'a> {
+    fn new(l: &'a Lowerer, set: &'a str, set_id: Option<u32>, add: bool) -> Self {
+        Chunker { l, set, set_id, add, chunk: Vec::new(), size: 0 }
+    }
+
+    fn push(&mut self, a: Attr, sink: &mut dyn FnMut(Op)) {
+        use netlink_packet_core::Emitable;
+        let len = a.buffer_len();
+        if self.size + len > MAX_ELEMS_BYTES && !self.chunk.is_empty() {
+            self.flush(sink);
+        }
+        self.size += len;
+        self.chunk.push(a);
+    }
+
+    fn flush(&mut self, sink: &mut dyn FnMut(Op)) {
+        if self.chunk.is_empty() {
+            return;
+        }
+        let chunk = std::mem::take(&mut self.chunk);
+        self.size = 0;
+        let count = chunk.len();
+        let mut attrs =
+            vec![Attr::str(wire::elem::LIST_TABLE, &self.l.table), Attr::str(wire::elem::LIST_SET, self.set)];
+        if let Some(id) = self.set_id {
+            attrs.push(Attr::u32(wire::elem::LIST_SET_ID, id));
+        }
+        attrs.push(Attr::nested(wire::elem::LIST_ELEMENTS, chunk));
+        sink(Op {
+            msg: self.l.msg(if self.add { MsgType::NewSetElem } else { MsgType::DelSetElem }, attrs),
+            flags: if self.add { NLM_F_CREATE } else { 0 },
+            object: Object::Elements { set: self.set.to_string(), count },
+        });
     }
 }
 
@@ -903,12 +938,16 @@ impl RuleLowering<'_, '_> {
             ],
         );
         self.pre.push(Op { msg: set, flags: NLM_F_CREATE, object: object.clone() });
-        if !keys.is_empty() {
-            for mut op in self.l.element_ops(name, Some(id), keys, true) {
-                op.object = object.clone();
-                self.pre.push(op);
-            }
+        let pre = &mut self.pre;
+        let mut chunks = Chunker::new(self.l, name, Some(id), true);
+        let mut sink = |mut op: Op| {
+            op.object = object.clone();
+            pre.push(op);
+        };
+        for k in keys {
+            chunks.push(k, &mut sink);
         }
+        chunks.flush(&mut sink);
         self.load(key)?;
         self.exprs.push(Expr::Lookup {
             set: name.to_string(),

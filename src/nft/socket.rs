@@ -12,7 +12,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, Tok
 
 use super::error::{explain, expr_module, KernelError, NftError};
 use super::expr::{Data, Expr};
-use super::lower::{Object, Op};
+use super::lower::{LowerError, Object, Op};
 use super::wire::{self, AttrList, MsgType, NfMsg};
 
 /// What one transaction cost.
@@ -144,26 +144,53 @@ impl NftSocket {
     /// Sends `ops` as one atomic batch and waits for every ack. With `genid`,
     /// the kernel refuses the batch if the ruleset generation moved.
     pub async fn transact(&mut self, ops: &[Op], genid: Option<u32>) -> Result<TxStats, NftError> {
-        if ops.is_empty() {
-            return Ok(TxStats::default());
-        }
+        self.transact_with(genid, |sink| {
+            for op in ops {
+                sink(op.clone());
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// [`NftSocket::transact`] for messages that `gen` hands to its sink one at
+    /// a time: each is serialized into the batch and dropped, so only the
+    /// batch's bytes are held, never all the messages. `gen` must yield the same
+    /// messages each time it is called: it runs again only when the kernel
+    /// refuses some, to describe those by their index.
+    pub async fn transact_with<G>(&mut self, genid: Option<u32>, gen: G) -> Result<TxStats, NftError>
+    where
+        G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>,
+    {
         let mut buf = Vec::new();
-        let mut seqs = Vec::with_capacity(ops.len());
         let begin_seq = self.next_seq();
         emit(&mut buf, NfMsg::batch(true, genid), NLM_F_REQUEST, begin_seq);
-        let mut starts = Vec::with_capacity(ops.len());
-        let ack_each = ops.len() <= ACK_EACH_LIMIT;
-        for op in ops {
-            let s = self.next_seq();
-            seqs.push(s);
+        let first = begin_seq.wrapping_add(1);
+        // Where each message starts in `buf`; its sequence number is `first + index`.
+        let mut starts: Vec<usize> = Vec::new();
+        gen(&mut |op: Op| {
+            let seq = first.wrapping_add(starts.len() as u32);
             starts.push(buf.len());
-            let ack = if ack_each { NLM_F_ACK } else { 0 };
-            emit(&mut buf, op.msg.clone(), NLM_F_REQUEST | ack | op.flags, s);
+            emit(&mut buf, op.msg, NLM_F_REQUEST | op.flags, seq);
+        })?;
+        let count = starts.len();
+        if count == 0 {
+            return Ok(TxStats::default());
+        }
+        self.seq = begin_seq.wrapping_add(count as u32);
+        // The count is known only now: ask for acks in the headers already written.
+        let ack_each = count <= ACK_EACH_LIMIT;
+        if ack_each {
+            for &s in &starts {
+                let f = &mut buf[s + 6..s + 8];
+                let flags = u16::from_ne_bytes([f[0], f[1]]) | NLM_F_ACK;
+                f.copy_from_slice(&flags.to_ne_bytes());
+            }
         }
         let end_seq = self.next_seq();
         emit(&mut buf, NfMsg::batch(false, None), NLM_F_REQUEST, end_seq);
         self.ensure_buf(true, buf.len() + 64 * 1024)?;
-        self.ensure_buf(false, (ops.len().min(ACK_EACH_LIMIT) + 16) * ACK_TRUESIZE)?;
+        self.ensure_buf(false, (count.min(ACK_EACH_LIMIT) + 16) * ACK_TRUESIZE)?;
         let sent = self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
         if sent != buf.len() {
             return Err(NftError::Io {
@@ -179,16 +206,17 @@ impl NftSocket {
             emit(&mut b, NfMsg::new(MsgType::GetGen, wire::NFPROTO_UNSPEC, vec![]), NLM_F_REQUEST, barrier_seq);
             self.sock.send(&b).await.map_err(io_err("sendmsg"))?;
         }
-        let stats = TxStats { messages: ops.len() + 2, bytes: buf.len(), sends: 1, acked_each: ack_each };
-        let first = seqs[0];
+        let stats = TxStats { messages: count + 2, bytes: buf.len(), sends: 1, acked_each: ack_each };
         let mut acked = 0usize;
-        let mut errors: Vec<KernelError> = Vec::new();
+        // Refused messages by index, described once all answers are in.
+        let mut failed: Vec<(usize, i32, (Option<String>, Option<u32>))> = Vec::new();
+        let mut whole: Option<KernelError> = None;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
         let mut barrier = ack_each;
-        while !(barrier && (!ack_each || acked == ops.len())) {
+        'answers: while !(barrier && (!ack_each || acked == count)) {
             let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
                 .await
-                .map_err(|_| NftError::Timeout { waiting_for: ops.len() - acked })?
+                .map_err(|_| NftError::Timeout { waiting_for: count - acked })?
                 .map_err(io_err("recvmsg"))?;
             for m in split(&data)? {
                 if !ack_each && m.header.sequence_number == barrier_seq {
@@ -205,31 +233,30 @@ impl NftSocket {
                 if orig_seq == begin_seq || orig_seq == end_seq {
                     // The whole batch failed (commit error or generation mismatch).
                     let errno = -e.raw_code();
-                    errors.push(KernelError {
+                    whole = Some(KernelError {
                         errno,
                         object: "transaction".into(),
                         reason: explain(errno),
                         kernel_msg: tlvs.0,
                     });
-                    return Err(NftError::Rejected(errors));
+                    break 'answers;
                 }
                 let idx = orig_seq.wrapping_sub(first) as usize;
-                if idx >= ops.len() || seqs[idx] != orig_seq {
+                if idx >= count {
                     continue;
                 }
                 acked += 1;
                 if let Some(code) = e.code {
-                    let errno = -code.get();
-                    let start = starts[idx];
-                    errors.push(describe(&ops[idx], errno, tlvs, &buf[start..]));
+                    failed.push((idx, -code.get(), tlvs));
                 }
             }
         }
-        if errors.is_empty() {
-            Ok(stats)
-        } else {
-            Err(NftError::Rejected(errors))
+        if failed.is_empty() && whole.is_none() {
+            return Ok(stats);
         }
+        let mut errors = describe_failed(&gen, failed, &buf, &starts);
+        errors.extend(whole);
+        Err(NftError::Rejected(errors))
     }
 
     /// A dump request; retried when the ruleset changed during the dump.
@@ -336,6 +363,43 @@ fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
     let start = buf.len();
     buf.resize(start + m.buffer_len(), 0);
     m.serialize(&mut buf[start..]);
+}
+
+/// Names each refused message, generating the batch again to find them by index.
+fn describe_failed<G>(
+    gen: &G,
+    mut failed: Vec<(usize, i32, (Option<String>, Option<u32>))>,
+    buf: &[u8],
+    starts: &[usize],
+) -> Vec<KernelError>
+where
+    G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>,
+{
+    failed.sort_by_key(|f| f.0);
+    let mut errors = Vec::with_capacity(failed.len());
+    let mut next = 0;
+    let mut idx = 0;
+    // It produced these messages a moment ago, so it cannot fail now; should it
+    // anyway, the messages left undescribed are named by their index below.
+    let _ = gen(&mut |op: Op| {
+        while let Some((i, errno, tlvs)) = failed.get(next) {
+            if *i != idx {
+                break;
+            }
+            errors.push(describe(&op, *errno, tlvs.clone(), &buf[starts[*i]..]));
+            next += 1;
+        }
+        idx += 1;
+    });
+    for (i, errno, (kmsg, _)) in failed.into_iter().skip(next) {
+        errors.push(KernelError {
+            errno,
+            object: format!("message #{i} of the batch"),
+            reason: explain(errno),
+            kernel_msg: kmsg,
+        });
+    }
+    errors
 }
 
 /// The extended-ack text and attribute offset of an error, if the kernel sent them.

@@ -27,17 +27,35 @@ pub enum Plan {
     Full(&'static str),
 }
 
-fn merged_elements(r: &Ruleset) -> HashMap<&str, Vec<&Element>> {
+/// Objects that come on top of a base ruleset (one service's, in the daemon),
+/// borrowed from wherever they are kept, so a full sync needs no assembled copy.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Part<'a> {
+    /// Sets and maps, after the base's and the earlier parts'.
+    pub sets: &'a [Set],
+    /// Chains with their rules, after the base's and the earlier parts'.
+    pub chains: &'a [(Chain, Vec<Rule>)],
+    /// Elements as (set name, element): of the base's sets or of any part's.
+    pub elements: &'a [(String, Element)],
+}
+
+fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, Vec<&'a Element>> {
     let mut m: HashMap<&str, Vec<&Element>> = HashMap::new();
     for (set, elems) in &r.elements {
         m.entry(set.as_str()).or_default().extend(elems.iter());
     }
+    for p in parts {
+        for (set, e) in p.elements {
+            m.entry(set.as_str()).or_default().push(e);
+        }
+    }
     m
 }
 
-fn check_refs(r: &Ruleset) -> Result<(), LowerError> {
-    let sets: HashSet<&str> = r.sets.iter().map(|s| s.name.as_str()).collect();
-    for (set, _) in &r.elements {
+fn check_refs(r: &Ruleset, parts: &[Part<'_>]) -> Result<(), LowerError> {
+    let sets: HashSet<&str> = r.sets.iter().chain(parts.iter().flat_map(|p| p.sets)).map(|s| s.name.as_str()).collect();
+    let named = r.elements.iter().map(|(set, _)| set).chain(parts.iter().flat_map(|p| p.elements.iter().map(|e| &e.0)));
+    for set in named {
         if !sets.contains(set.as_str()) {
             return Err(LowerError {
                 object: format!("elements of set {set}"),
@@ -52,35 +70,50 @@ fn check_refs(r: &Ruleset) -> Result<(), LowerError> {
 /// delete, then add it with everything. Chains come before the sets' elements
 /// and the rules that jump to them; sets before the rules that look them up.
 pub fn full_sync_ops(desired: &Ruleset) -> Result<Vec<Op>, LowerError> {
-    check_refs(desired)?;
-    let mut l = Lowerer::new(desired.family, &desired.table);
-    let mut ops = vec![l.new_table(), l.del_table(), l.new_table()];
-    for (c, _) in &desired.chains {
-        ops.push(l.new_chain(c));
-    }
-    for s in &desired.sets {
-        ops.push(l.new_set(s)?);
-    }
-    let elems = merged_elements(desired);
-    for s in &desired.sets {
-        if let Some(e) = elems.get(s.name.as_str()) {
-            let owned: Vec<Element> = e.iter().map(|x| (*x).clone()).collect();
-            ops.extend(l.elements(s, &owned, true)?);
-        }
-    }
-    for (c, rules) in &desired.chains {
-        for (i, r) in rules.iter().enumerate() {
-            ops.extend(l.rule(&c.name, i, r)?);
-        }
-    }
+    let mut ops = Vec::new();
+    full_sync_each(desired, &[], &mut |op| ops.push(op))?;
     Ok(ops)
+}
+
+/// The messages of [`full_sync_ops`] for `base` plus `parts`, handed to `sink`
+/// one at a time, so a caller that serializes each at once never holds the
+/// whole transaction as messages. Deterministic: a second call yields the same
+/// messages in the same order (the socket relies on it to name failures).
+pub fn full_sync_each(base: &Ruleset, parts: &[Part<'_>], sink: &mut dyn FnMut(Op)) -> Result<(), LowerError> {
+    check_refs(base, parts)?;
+    let sets = || base.sets.iter().chain(parts.iter().flat_map(|p| p.sets));
+    let chains = || base.chains.iter().chain(parts.iter().flat_map(|p| p.chains));
+    let mut l = Lowerer::new(base.family, &base.table);
+    sink(l.new_table());
+    sink(l.del_table());
+    sink(l.new_table());
+    for (c, _) in chains() {
+        sink(l.new_chain(c));
+    }
+    for s in sets() {
+        sink(l.new_set(s)?);
+    }
+    let elems = merged_elements(base, parts);
+    for s in sets() {
+        if let Some(e) = elems.get(s.name.as_str()) {
+            l.elements_each(s, e.iter().copied(), true, sink)?;
+        }
+    }
+    for (c, rules) in chains() {
+        for (i, r) in rules.iter().enumerate() {
+            for op in l.rule(&c.name, i, r)? {
+                sink(op);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The messages that turn `previous` (what the kernel has, as we last
 /// programmed it) into `desired`. Sets and chains are matched by name, which
 /// the data plane derives from content, so a changed service is a new name.
 pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, LowerError> {
-    check_refs(desired)?;
+    check_refs(desired, &[])?;
     if previous.family != desired.family || previous.table != desired.table {
         return Ok(Plan::Full("the table changed"));
     }
@@ -120,30 +153,29 @@ pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, L
         }
     }
     // 3. Elements: removals (which may release chains deleted below), then additions.
-    let prev_elems = merged_elements(previous);
-    let want_elems = merged_elements(desired);
+    let prev_elems = merged_elements(previous, &[]);
+    let want_elems = merged_elements(desired, &[]);
     let mut adds = Vec::new();
     for s in &desired.sets {
         let want = want_elems.get(s.name.as_str()).cloned().unwrap_or_default();
         if !prev_sets.contains_key(s.name.as_str()) {
-            let owned: Vec<Element> = want.iter().map(|x| (*x).clone()).collect();
-            if !owned.is_empty() {
-                adds.extend(l.elements(s, &owned, true)?);
+            if !want.is_empty() {
+                adds.extend(l.elements(s, want.iter().copied(), true)?);
             }
             continue;
         }
         let had = prev_elems.get(s.name.as_str()).cloned().unwrap_or_default();
         let had_by_key: HashMap<&Vec<Value>, &Element> = had.iter().map(|e| (&e.key, *e)).collect();
         let want_by_key: HashMap<&Vec<Value>, &Element> = want.iter().map(|e| (&e.key, *e)).collect();
-        let removed: Vec<Element> =
-            had.iter().filter(|e| want_by_key.get(&e.key).is_none_or(|w| *w != **e)).map(|e| (*e).clone()).collect();
-        let added: Vec<Element> =
-            want.iter().filter(|e| had_by_key.get(&e.key).is_none_or(|h| *h != **e)).map(|e| (*e).clone()).collect();
+        let removed: Vec<&Element> =
+            had.iter().filter(|e| want_by_key.get(&e.key).is_none_or(|w| *w != **e)).copied().collect();
+        let added: Vec<&Element> =
+            want.iter().filter(|e| had_by_key.get(&e.key).is_none_or(|h| *h != **e)).copied().collect();
         if !removed.is_empty() {
-            ops.extend(l.elements(s, &removed, false)?);
+            ops.extend(l.elements(s, removed, false)?);
         }
         if !added.is_empty() {
-            adds.extend(l.elements(s, &added, true)?);
+            adds.extend(l.elements(s, added, true)?);
         }
     }
     ops.extend(adds);
@@ -175,8 +207,13 @@ pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, L
 
 /// Replaces our table with `desired` atomically.
 pub async fn full_sync(sock: &mut NftSocket, desired: &Ruleset) -> Result<SyncReport, NftError> {
-    let ops = full_sync_ops(desired)?;
-    let stats = sock.transact(&ops, None).await?;
+    full_sync_parts(sock, desired, &[]).await
+}
+
+/// Replaces our table with `base` plus `parts` atomically, lowering and
+/// serializing one message at a time (see [`full_sync_each`]).
+pub async fn full_sync_parts(sock: &mut NftSocket, base: &Ruleset, parts: &[Part<'_>]) -> Result<SyncReport, NftError> {
+    let stats = sock.transact_with(None, |sink| full_sync_each(base, parts, sink)).await?;
     Ok(SyncReport { stats, full: true })
 }
 
