@@ -529,3 +529,92 @@ fn syncer_is_partial_after_a_success_and_full_after_invalidate() {
         assert!(sy.delete_table(Family::Inet, T).await.unwrap());
     });
 }
+
+/// A ruleset cut the way the daemon keeps it: a base (the sets and the first
+/// chains, no elements) and parts of a few chains and elements each, the last
+/// part adding a set of its own. `assembled` is the same as one value.
+#[derive(Clone)]
+struct Split {
+    base: Ruleset,
+    sets: Vec<Vec<Set>>,
+    chains: Vec<Vec<(Chain, Vec<Rule>)>>,
+    elements: Vec<Vec<(String, Element)>>,
+    assembled: Ruleset,
+}
+
+impl Split {
+    fn new(rs: &Ruleset) -> Split {
+        let base = Ruleset { elements: vec![], chains: rs.chains[..3].to_vec(), ..rs.clone() };
+        let chains: Vec<Vec<_>> = rs.chains[3..].chunks(7).map(<[_]>::to_vec).collect();
+        let flat: Vec<(String, Element)> =
+            rs.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone(), e.clone()))).collect();
+        let mut elements: Vec<Vec<_>> = flat.chunks(5).map(<[_]>::to_vec).collect();
+        let n = chains.len().max(elements.len());
+        let mut chains = chains;
+        chains.resize(n, vec![]);
+        elements.resize(n, vec![]);
+        let mut sets = vec![vec![]; n];
+        let extra = set("extra-v4", vec![DataType::Ipv4Addr], None);
+        let extra_elems = vec![elem(vec![v4(198, 18, 0, 7)], None), elem(vec![v4(198, 18, 0, 8)], None)];
+        sets[n - 1].push(extra.clone());
+        elements[n - 1].extend(extra_elems.iter().map(|e| ("extra-v4".to_string(), e.clone())));
+        let mut assembled = rs.clone();
+        assembled.sets.push(extra);
+        assembled.elements.push(("extra-v4".into(), extra_elems));
+        Split { base, sets, chains, elements, assembled }
+    }
+
+    fn parts(&self) -> Vec<nft::sync::Part<'_>> {
+        (0..self.chains.len())
+            .map(|i| nft::sync::Part { sets: &self.sets[i], chains: &self.chains[i], elements: &self.elements[i] })
+            .collect()
+    }
+}
+
+/// The daemon's streamed full sync (base plus borrowed parts, each message
+/// serialized as it is lowered) programs exactly what the collected
+/// `full_sync_ops` of the assembled ruleset does, with acks per message (a
+/// small batch) and errors only (a large one); a refused message of a streamed
+/// batch is named as precisely as in a collected one, and changes nothing.
+#[test]
+fn streamed_full_sync_equals_the_collected_one_and_names_failures() {
+    let Some(ns) = Netns::new() else { return };
+    for n in [40, 800] {
+        let split = Split::new(&synthetic::ruleset(n, 3));
+        let whole = split.assembled.clone();
+        let collected = ns.run(move || async move {
+            let mut s = NftSocket::new().unwrap();
+            s.transact(&nft::sync::full_sync_ops(&whole).unwrap(), None).await.unwrap()
+        });
+        let collected_list = ns.nft(&["list", "table", "inet", T]);
+        ns.nft(&["delete", "table", "inet", T]);
+        let sp = split.clone();
+        let (streamed, drift) = ns.run(move || async move {
+            let mut s = NftSocket::new().unwrap();
+            let r = nft::sync::full_sync_parts(&mut s, &sp.base, &sp.parts()).await.unwrap_or_else(|e| panic!("{e}"));
+            (r.stats, list::verify(&mut s, &sp.assembled).await.unwrap())
+        });
+        let streamed_list = ns.nft(&["list", "table", "inet", T]);
+        assert_eq!(collected_list, streamed_list, "n={n}: the streamed table differs");
+        assert!(collected_list.contains("198.18.0.8"), "n={n}: the part's own set is missing:\n{collected_list}");
+        assert!(drift.is_empty(), "n={n}: {drift:?}");
+        assert_eq!(collected, streamed, "n={n}: same messages, same bytes, same ack mode");
+        assert_eq!(streamed.acked_each, n == 40, "n={n}: the two sizes must straddle the limit: {streamed:?}");
+
+        // A rule jumping nowhere, in the last part: the kernel refuses the batch.
+        let mut bad = split;
+        let good = bad.assembled.clone();
+        let last = bad.chains.len() - 1;
+        bad.chains[last]
+            .push((chain("bad-chain"), vec![rule(vec![Stmt::Verdict(Verdict::Goto("missing-chain".into()))])]));
+        let (err, drift) = ns.run(move || async move {
+            let mut s = NftSocket::new().unwrap();
+            let err = nft::sync::full_sync_parts(&mut s, &bad.base, &bad.parts()).await.unwrap_err().to_string();
+            (err, list::verify(&mut s, &good).await.unwrap())
+        });
+        assert!(err.contains("rule #0 of chain bad-chain"), "n={n}: {err}");
+        assert!(err.contains("\"missing-chain\" does not exist"), "n={n}: {err}");
+        assert!(drift.is_empty(), "n={n}: the failed batch changed the kernel: {drift:?}");
+        ns.nft(&["delete", "table", "inet", T]);
+    }
+}

@@ -342,6 +342,34 @@ mod tests {
     }
 
     #[test]
+    fn streamed_parts_yield_the_messages_of_the_assembled_ruleset() {
+        let whole = synthetic(30, 3);
+        let base = Ruleset { elements: vec![], chains: whole.chains[..2].to_vec(), ..whole.clone() };
+        let flat: Vec<(String, Element)> =
+            whole.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone(), e.clone()))).collect();
+        let chains: Vec<&[(Chain, Vec<Rule>)]> = whole.chains[2..].chunks(4).collect();
+        let elems: Vec<&[(String, Element)]> = flat.chunks(3).collect();
+        let parts: Vec<Part> = (0..chains.len().max(elems.len()))
+            .map(|i| Part {
+                sets: &[],
+                chains: chains.get(i).copied().unwrap_or_default(),
+                elements: elems.get(i).copied().unwrap_or_default(),
+            })
+            .collect();
+        let mut streamed = Vec::new();
+        full_sync_each(&base, &parts, &mut |op| streamed.push((op.msg, op.flags, op.object))).unwrap();
+        let collected: Vec<_> =
+            full_sync_ops(&whole).unwrap().into_iter().map(|op| (op.msg, op.flags, op.object)).collect();
+        assert!(collected.len() > 100);
+        assert_eq!(streamed, collected);
+
+        let orphan = [("nope".to_string(), whole.elements[0].1[0].clone())];
+        let parts = [Part { elements: &orphan, ..Part::default() }];
+        let e = full_sync_each(&base, &parts, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+    }
+
+    #[test]
     fn elements_of_an_undeclared_set_are_refused() {
         let mut r = synthetic(1, 1);
         r.elements.push((
