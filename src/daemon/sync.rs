@@ -187,7 +187,7 @@ enum Change {
     /// Only the changed services and the fixed part, before and after: the diff of
     /// these small rulesets is the transaction, so an update costs O(changed objects)
     /// however many services exist.
-    Partial { before: Ruleset, after: Ruleset },
+    Partial { before: Box<Ruleset>, after: Box<Ruleset> },
 }
 
 /// The whole desired table, as one value (for `--dry-run`; a sync streams the pieces).
@@ -282,7 +282,7 @@ fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFi
         })
         .collect();
     cache.skeleton = Some(skeleton);
-    let change = if full { Change::Full } else { Change::Partial { before, after } };
+    let change = if full { Change::Full } else { Change::Partial { before: Box::new(before), after: Box::new(after) } };
     (change, stale)
 }
 

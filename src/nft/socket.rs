@@ -209,7 +209,7 @@ impl NftSocket {
         let stats = TxStats { messages: count + 2, bytes: buf.len(), sends: 1, acked_each: ack_each };
         let mut acked = 0usize;
         // Refused messages by index, described once all answers are in.
-        let mut failed: Vec<(usize, i32, (Option<String>, Option<u32>))> = Vec::new();
+        let mut failed: Vec<Refused> = Vec::new();
         let mut whole: Option<KernelError> = None;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
         let mut barrier = ack_each;
@@ -366,12 +366,7 @@ fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
 }
 
 /// Names each refused message, generating the batch again to find them by index.
-fn describe_failed<G>(
-    gen: &G,
-    mut failed: Vec<(usize, i32, (Option<String>, Option<u32>))>,
-    buf: &[u8],
-    starts: &[usize],
-) -> Vec<KernelError>
+fn describe_failed<G>(gen: &G, mut failed: Vec<Refused>, buf: &[u8], starts: &[usize]) -> Vec<KernelError>
 where
     G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>,
 {
@@ -403,7 +398,12 @@ where
 }
 
 /// The extended-ack text and attribute offset of an error, if the kernel sent them.
-fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> (Option<String>, Option<u32>) {
+type AckTlvs = (Option<String>, Option<u32>);
+
+/// A message the kernel refused: its index in the batch, the errno and the extended ack.
+type Refused = (usize, i32, AckTlvs);
+
+fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> AckTlvs {
     if h.flags & NLM_F_ACK_TLVS == 0 || payload.len() < NLMSG_HDRLEN {
         return (None, None);
     }
@@ -418,7 +418,7 @@ fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> (Option<String>, Option<u32>) 
 
 /// Explains a refused message: for rules, which expression the kernel pointed
 /// at, and whether that means a missing chain, set or kernel module.
-fn describe(op: &Op, errno: i32, (kmsg, offs): (Option<String>, Option<u32>), sent: &[u8]) -> KernelError {
+fn describe(op: &Op, errno: i32, (kmsg, offs): AckTlvs, sent: &[u8]) -> KernelError {
     let object = op.object.to_string();
     let mut reason = explain(errno);
     if let Object::Rule { .. } = op.object {
