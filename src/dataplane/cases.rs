@@ -3,7 +3,7 @@
 // (tests/nft_dataplane.rs), which `include!` it after importing `BTreeMap`, `Backend`,
 // `Service`, `Input` and `ServiceInput`.
 
-const NODE: &str = "router-1";
+pub(crate) const NODE: &str = "router-1";
 
 fn input<'a>(services: Vec<ServiceInput<'a>>) -> Input<'a> {
     Input {
@@ -17,12 +17,12 @@ fn input<'a>(services: Vec<ServiceInput<'a>>) -> Input<'a> {
     }
 }
 
-fn svc(json: &str) -> Service {
+pub(crate) fn svc(json: &str) -> Service {
     serde_json::from_str(json).unwrap_or_else(|e| panic!("fixture {json}: {e}"))
 }
 
 /// `"198.18.2.11:8080 ready node=router-1"`; flags: ready, serving, terminating.
-fn be(spec: &str) -> Backend {
+pub(crate) fn be(spec: &str) -> Backend {
     let mut parts = spec.split_whitespace();
     let addr: std::net::SocketAddr = parts.next().unwrap().parse().unwrap();
     let mut b =

@@ -1,10 +1,15 @@
 use super::*;
 
-const NODE: &str = "router-1";
-
-fn svc(json: &str) -> Service {
-    serde_json::from_str(json).unwrap_or_else(|e| panic!("fixture {json}: {e}"))
+/// The data plane's test fixtures: `svc`, `be` (`"198.18.2.11:8443 ready node=router-1"`)
+/// and `NODE`.
+#[allow(dead_code)]
+mod cases {
+    use crate::dataplane::{Input, ServiceInput};
+    use crate::model::{Backend, Service};
+    use std::collections::BTreeMap;
+    include!("../dataplane/cases.rs");
 }
+use cases::{be, svc, NODE};
 
 fn lb_local(ns: &str, name: &str, hc: u16) -> Service {
     svc(&format!(
@@ -13,27 +18,6 @@ fn lb_local(ns: &str, name: &str, hc: u16) -> Service {
         "healthCheckNodePort":{hc},
         "ports":[{{"name":"https","port":443,"nodePort":30443}},{{"name":"http","port":80,"nodePort":30080}}]}}}}"#
     ))
-}
-
-/// `"198.18.2.11:8443 ready node=router-1"`; flags: ready, serving, terminating.
-fn be(spec: &str) -> Backend {
-    let mut parts = spec.split_whitespace();
-    let addr: std::net::SocketAddr = parts.next().unwrap().parse().unwrap();
-    let mut b =
-        Backend { ip: addr.ip(), port: addr.port(), ready: false, serving: false, terminating: false, node_name: None };
-    for p in parts {
-        match p {
-            "ready" => {
-                b.ready = true;
-                b.serving = true;
-            }
-            "serving" => b.serving = true,
-            "terminating" => b.terminating = true,
-            n if n.starts_with("node=") => b.node_name = Some(n[5..].to_string()),
-            other => panic!("bad backend flag {other}"),
-        }
-    }
-    b
 }
 
 fn bes(specs: &[&str]) -> Vec<Backend> {

@@ -17,6 +17,8 @@ ms() {
 	echo $((${up%.*}${up#*.} * 10))
 }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$(cat /tmp/nodeportd.pid)/status"; }
+# The peak resident size since the daemon started.
+hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$(cat /tmp/nodeportd.pid)/status"; }
 avail() { awk '/^MemAvailable:/ { print $2 }' /proc/meminfo; }
 slab() { awk '/^Slab:/ { print $2 }' /proc/meminfo; }
 fail() {
@@ -122,16 +124,17 @@ finish)
 	t4=$(ms)
 	last_restart=$(wait_in_sync) || fail "not in sync after restart"
 	t5=$(ms)
-	rss_restart=$(rss)
+	rss_restart=$(rss) hwm_restart=$(hwm)
 	startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
 	kernel_mib=$(((avail_idle - avail_full) / 1024))
 
 	echo "loaded ${n}x${per}: VmRSS ${rss_full} kB, MemAvailable ${avail_full} kB (${kernel_mib} MiB less than idle), Slab ${slab_idle} -> ${slab_full} kB, ${rules} lines of nft list"
 	echo "applied in ${apply_ms} ms (sum of the batches), then in sync after $((t2 - t1)) ms more (daemon's last sync ${last} ms)"
-	echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon's sync ${last_restart} ms), VmRSS ${rss_restart} kB"
+	echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon's sync ${last_restart} ms), VmRSS ${rss_restart} kB, peak ${hwm_restart} kB"
 	# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) |
-	# restart to in sync (daemon's sync) | MemAvailable drop
-	echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | ${apply_ms} ms | $((apply_ms + t2 - t1)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms) | ${kernel_mib} MiB"
+	# restart to in sync (daemon's sync) | peak RSS of the restarted daemon (its full
+	# sync) | MemAvailable drop
+	echo "@@BENCH ${rss_idle} kB | ${rss_full} kB | ${startup} ms | ${apply_ms} ms | $((apply_ms + t2 - t1)) ms (${last} ms) | $((t5 - t3)) ms (${last_restart} ms) | ${hwm_restart} kB | ${kernel_mib} MiB"
 	;;
 *)
 	echo "usage: bench.sh prepare N PER BATCH | apply FIRST | finish" >&2
