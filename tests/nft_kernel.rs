@@ -410,9 +410,7 @@ fn events_report_other_processes_changes_only() {
         use std::time::Duration;
         use tokio::time::timeout;
         let nft_cli = |args: &[&str]| {
-            let st =
-                std::process::Command::new("ip").args(["netns", "exec", &name, "nft"]).args(args).status().unwrap();
-            assert!(st.success(), "nft {args:?}");
+            nft_common::nft_in(&name, args);
         };
         let mut ev = nft::EventStream::new(nodeportd::nft::wire::NFPROTO_INET, T).unwrap();
         let mut s = NftSocket::new().unwrap();
@@ -447,9 +445,7 @@ fn muted_events_see_nothing_and_the_generation_tells() {
         use std::time::Duration;
         use tokio::time::timeout;
         let nft_cli = |args: &[&str]| {
-            let st =
-                std::process::Command::new("ip").args(["netns", "exec", &name, "nft"]).args(args).status().unwrap();
-            assert!(st.success(), "nft {args:?}");
+            nft_common::nft_in(&name, args);
         };
         let mut ev = nft::EventStream::new(nodeportd::nft::wire::NFPROTO_INET, T).unwrap();
         let mut s = NftSocket::new().unwrap();

@@ -52,9 +52,7 @@ impl Netns {
 
     /// Runs `nft args...` inside the namespace; returns stdout, panics on failure.
     pub fn nft(&self, args: &[&str]) -> String {
-        let (ok, out, err) = self.nft_status(args);
-        assert!(ok, "nft {args:?} failed: {err}");
-        out
+        nft_in(&self.name, args)
     }
 
     pub fn nft_status(&self, args: &[&str]) -> (bool, String, String) {
@@ -83,4 +81,12 @@ impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
     }
+}
+
+/// `nft ARGS` in namespace `netns` (for code that runs where `&Netns` is not at hand);
+/// panics when it fails.
+pub fn nft_in(netns: &str, args: &[&str]) -> String {
+    let o = Command::new("ip").args(["netns", "exec", netns, "nft"]).args(args).output().expect("run nft");
+    assert!(o.status.success(), "nft {args:?} failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
