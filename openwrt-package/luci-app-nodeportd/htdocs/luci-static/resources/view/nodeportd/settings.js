@@ -127,7 +127,7 @@ return view.extend({
 		o.placeholder = 'edge-1';
 
 		o = s.taboption('general', form.DynamicList, 'nodeport_addresses', _('NodePort addresses'),
-			_('Where NodePorts answer. Each entry selects local addresses: a CIDR (<code>192.168.1.0/24</code>, <code>::/0</code>), <code>iface:NAME</code> for the addresses of a network device (<code>iface:br-lan</code>; a trailing <code>*</code> matches a prefix, <code>iface:wg*</code>), <code>default-route</code> for the device that holds the default route, <code>primary</code> for the node IP, or <code>localhost</code>. Empty: every local address but loopback. Exposing the WAN is a choice: add its device here.'));
+			_('Where NodePorts answer. Each entry selects local addresses: a CIDR (<code>192.168.1.0/24</code>, <code>::/0</code>), <code>iface:NAME</code> for the addresses of a network device (<code>iface:br-lan</code>; a trailing <code>*</code> matches a prefix, <code>iface:wg*</code>), <code>default-route</code> for the device that holds the default route, <code>primary</code> for the node IP, or <code>localhost</code>. Empty: every local address but loopback, the WAN's included; with entries, the WAN answers only if one selects it.'));
 		o.placeholder = 'iface:br-lan';
 		o.validate = validator(checkSelector);
 

@@ -61,6 +61,12 @@ function list(v) {
 	return Array.isArray(v) ? v : [];
 }
 
+/* Text from the daemon as a child of E(): LuCI sets a lone string child as innerHTML, so
+ * a string goes in an array, which becomes a text node. */
+function plain(v) {
+	return (v != null && typeof v === 'object' && 'nodeType' in v) ? v : [ String(v) ];
+}
+
 /* The message of a refused request, or null. */
 function errorOf(reply) {
 	if (!isObj(reply))
@@ -123,7 +129,7 @@ function table(id, titles, rows, empty) {
 
 	rows.forEach(function(row) {
 		t.appendChild(E('tr', { 'class': 'tr' }, row.map(function(cell, i) {
-			return E('td', { 'class': 'td', 'data-title': titles[i] }, cell);
+			return E('td', { 'class': 'td', 'data-title': titles[i] }, plain(cell));
 		})));
 	});
 	return t;
@@ -178,7 +184,7 @@ return view.extend({
 				'class': 'label ' + (inSync ? 'success' : 'warning'),
 				'id': 'nodeportd-insync'
 			}, inSync ? _('In sync') : _('Not in sync')) ],
-			[ _('Last error'), dp.lastError ? E('code', { 'id': 'nodeportd-lasterror' }, String(dp.lastError)) : _('none') ],
+			[ _('Last error'), dp.lastError ? E('code', { 'id': 'nodeportd-lasterror' }, plain(dp.lastError)) : _('none') ],
 			[ _('Last sync'), dp.lastSyncMillis != null
 				? _('generation %d, took %d ms').format(dp.generation, dp.lastSyncMillis)
 				: _('generation %d, no sync yet').format(dp.generation || 0) ],
@@ -192,7 +198,7 @@ return view.extend({
 		return E('table', { 'class': 'table', 'id': 'nodeportd-dataplane' }, rows.map(function(r) {
 			return E('tr', { 'class': 'tr' }, [
 				E('td', { 'class': 'td left', 'width': '33%' }, r[0]),
-				E('td', { 'class': 'td left' }, r[1])
+				E('td', { 'class': 'td left' }, plain(r[1]))
 			]);
 		}));
 	},
@@ -212,10 +218,9 @@ return view.extend({
 			table('nodeportd-addresses', [ _('Address'), _('Interfaces'), _('Selected by') ], rows,
 				_('NodePorts answer on no address: no selector matches a local address.')),
 			E('div', { 'id': 'nodeportd-unmatched', 'style': 'margin-top:.5em' }, unmatched.length
-				? [ E('strong', _('Selectors that match no address:')), ' ',
-					unmatched.map(function(u) { return E('code', {}, String(u)); }).reduce(function(acc, el) {
-						return acc.length ? acc.concat([ ', ', el ]) : [ el ];
-					}, []) ]
+				? unmatched.reduce(function(acc, u, i) {
+					return acc.concat(i ? [ ', ' ] : [], [ E('code', {}, plain(u)) ]);
+				}, [ E('strong', _('Selectors that match no address:')), ' ' ])
 				: E('em', _('Every selector matches an address.')))
 		]);
 	},
@@ -223,13 +228,13 @@ return view.extend({
 	renderBands: function(st) {
 		const np = isObj(st.nodePorts) ? st.nodePorts : {};
 		const parts = [
-			E('h4', {}, _('NodePorts %s').format(String(np.range || ''))),
+			E('h4', {}, plain(_('NodePorts %s').format(String(np.range || '')))),
 			bandBar(_('Static band (ports asked for by Services):'), np.static),
 			bandBar(_('Dynamic band (ports nodeportd picks):'), np.dynamic)
 		];
 
 		list(st.serviceCIDRs).forEach(function(c) {
-			parts.push(E('h4', {}, _('ClusterIPs %s').format(String(c.cidr))));
+			parts.push(E('h4', {}, plain(_('ClusterIPs %s').format(String(c.cidr)))));
 			parts.push(bandBar(_('Static band (addresses asked for by Services):'), c.static));
 			parts.push(bandBar(_('Dynamic band (addresses nodeportd picks):'), c.dynamic));
 		});
@@ -273,7 +278,7 @@ return view.extend({
 		const checks = list(st.healthChecks).map(function(h) {
 			let state;
 			if (h.error)
-				state = E('span', { 'class': 'nodeportd-degraded' }, _('not listening: %s').format(String(h.error)));
+				state = E('span', { 'class': 'nodeportd-degraded' }, plain(_('not listening: %s').format(String(h.error))));
 			else
 				state = h.listening ? _('listening') : _('not listening');
 			return [ String(h.port), '%s/%s'.format(h.namespace, h.name), String(h.localEndpoints), state ];
@@ -282,7 +287,7 @@ return view.extend({
 		return E('div', {}, [
 			E('h4', {}, _('Contested keys')),
 			E('ul', { 'id': 'nodeportd-conflicts' }, conflicts.length
-				? conflicts.map(function(c) { return E('li', {}, E('code', {}, String(c))); })
+				? conflicts.map(function(c) { return E('li', {}, E('code', {}, plain(c))); })
 				: E('li', {}, E('em', _('None: every Service holds what it asked for.')))),
 			E('h4', {}, _('Health check ports')),
 			table('nodeportd-healthchecks', [ _('Port'), _('Service'), _('Local endpoints'), _('State') ], checks,
@@ -297,7 +302,7 @@ return view.extend({
 		const endpoints = isObj(data[2]) ? list(data[2].items) : [];
 
 		dom.content(this.nodes.error, err
-			? E('div', { 'class': 'alert-message warning' }, [ E('strong', _('nodeportd did not answer:')), ' ', E('code', {}, err) ])
+			? E('div', { 'class': 'alert-message warning' }, [ E('strong', _('nodeportd did not answer:')), ' ', E('code', {}, plain(err)) ])
 			: '');
 		dom.content(this.nodes.dataplane, this.renderDataplane(st));
 		dom.content(this.nodes.services, this.renderServices(services, endpoints));
@@ -309,7 +314,7 @@ return view.extend({
 	refresh: function() {
 		return this.fetch().then(L.bind(this.renderAll, this), L.bind(function(err) {
 			dom.content(this.nodes.error, E('div', { 'class': 'alert-message warning' },
-				[ E('strong', _('nodeportd did not answer:')), ' ', E('code', {}, err.message || String(err)) ]));
+				[ E('strong', _('nodeportd did not answer:')), ' ', E('code', {}, plain(err.message || err)) ]));
 		}, this));
 	},
 
@@ -328,7 +333,7 @@ return view.extend({
 								ui.hideModal();
 								const err = errorOf(reply);
 								if (err)
-									ui.addNotification(_('Not deleted'), E('pre', { 'class': 'nodeportd-error' }, err), 'danger');
+									ui.addNotification(_('Not deleted'), E('pre', { 'class': 'nodeportd-error' }, plain(err)), 'danger');
 								return this.refresh();
 							}, this)).finally(resolve);
 						})
@@ -349,7 +354,7 @@ return view.extend({
 			objs = (isObj(parsed) && /List$/.test(parsed.kind || '') && Array.isArray(parsed.items)) ? parsed.items : [ parsed ];
 		}
 		catch (e) {
-			dom.content(out, E('pre', { 'class': 'nodeportd-error' }, _('Not JSON: %s').format(e.message)));
+			dom.content(out, E('pre', { 'class': 'nodeportd-error' }, plain(_('Not JSON: %s').format(e.message))));
 			return Promise.resolve();
 		}
 
@@ -360,10 +365,10 @@ return view.extend({
 				return call(obj).then(function(reply) {
 					const err = errorOf(reply);
 					if (err)
-						return lines.concat([ E('pre', { 'class': 'nodeportd-error' }, err) ]);
+						return lines.concat([ E('pre', { 'class': 'nodeportd-error' }, plain(err)) ]);
 					const meta = isObj(reply.object) && isObj(reply.object.metadata) ? reply.object.metadata : {};
-					return lines.concat([ E('div', { 'class': 'nodeportd-applied' }, '%s/%s/%s %s'.format(
-						kind.toLowerCase(), meta.namespace || 'default', meta.name || '?', reply.action || '')) ]);
+					return lines.concat([ E('div', { 'class': 'nodeportd-applied' }, plain('%s/%s/%s %s'.format(
+						kind.toLowerCase(), meta.namespace || 'default', meta.name || '?', reply.action || ''))) ]);
 				});
 			});
 		}, Promise.resolve([])).then(L.bind(function(lines) {
