@@ -26,6 +26,9 @@ if [ -x fuzz/run.sh ]; then
     fuzz/run.sh 30
 fi
 
+step "LuCI app: eslint, menu/ACL/ubus references, the views in headless chromium"
+tests/luci/run.sh
+
 step "end-to-end: the daemon in network namespaces with real traffic"
 tests/netns/run.sh
 

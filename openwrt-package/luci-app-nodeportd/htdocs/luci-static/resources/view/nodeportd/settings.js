@@ -108,11 +108,11 @@ return view.extend({
 
 	render: function(data) {
 		const leds = Object.keys(data[0] || {}).sort();
-		let m, s, o;
+		let s, o;
 
 		this.socketGroup = uci.get('nodeportd', 'main', 'socket_group') || '';
 
-		m = new form.Map('nodeportd', _('nodeportd'),
+		const m = new form.Map('nodeportd', _('nodeportd'),
 			_('Where this router answers as a Kubernetes node, and the ranges nodeportd allocates from. Saving reloads nodeportd: it re-reads the configuration and keeps its Services and rules.'));
 
 		s = m.section(form.NamedSection, 'main', 'nodeportd', _('Daemon'));
@@ -127,7 +127,7 @@ return view.extend({
 		o.placeholder = 'edge-1';
 
 		o = s.taboption('general', form.DynamicList, 'nodeport_addresses', _('NodePort addresses'),
-			_('Where NodePorts answer. Each entry selects local addresses: a CIDR (<code>192.168.1.0/24</code>, <code>::/0</code>), <code>iface:NAME</code> for the addresses of a network device (<code>iface:br-lan</code>; a trailing <code>*</code> matches a prefix, <code>iface:wg*</code>), <code>default-route</code> for the device that holds the default route, <code>primary</code> for the node IP, or <code>localhost</code>. Empty: every local address but loopback, the WAN's included; with entries, the WAN answers only if one selects it.'));
+			_('Where NodePorts answer. Each entry selects local addresses: a CIDR (<code>192.168.1.0/24</code>, <code>::/0</code>), <code>iface:NAME</code> for the addresses of a network device (<code>iface:br-lan</code>; a trailing <code>*</code> matches a prefix, <code>iface:wg*</code>), <code>default-route</code> for the device that holds the default route, <code>primary</code> for the node IP, or <code>localhost</code>. Empty: every local address but loopback, the WAN\'s included; with entries, the WAN answers only if one selects it.'));
 		o.placeholder = 'iface:br-lan';
 		o.validate = validator(checkSelector);
 
@@ -188,7 +188,7 @@ return view.extend({
 				};
 				document.addEventListener('uci-applied', restart);
 			}
-			ui.changes.apply(mode == '0');
+			ui.changes.apply(String(mode) === '0');
 		}, this));
 	}
 });
