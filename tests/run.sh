@@ -43,6 +43,7 @@ tests/smoke/run.sh
 
 step "OpenWrt packages"
 openwrt-package/build-ipk.sh
+openwrt-package/build-luci-app.sh
 tests/package/run.sh
 
 step "emulated routers (full-system QEMU)"

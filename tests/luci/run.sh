@@ -2,7 +2,8 @@
 # luci-app-nodeportd (openwrt-package/luci-app-nodeportd), part of tests/run.sh:
 #   node --check and eslint on the views; the menu, the ACL and the ubus object refer to
 #   each other (check-refs.js); the views in headless chromium on a test harness (not
-#   LuCI), fed by a real nodeportd (test.js, root: the daemon gets a network namespace).
+#   LuCI), fed by a real nodeportd (test.js, root: the daemon gets a network namespace);
+#   the .ipk/.apk of build-luci-app.sh (package.sh).
 # Needs node, /usr/bin/chromium and the npm packages of package.json (.ci/run installs
 # them; without node_modules this runs `npm ci` here). Screenshots: target/luci-screenshots.
 set -euo pipefail
@@ -24,6 +25,7 @@ echo "ok - node --check on the views"
 echo "ok - eslint on the views"
 
 node check-refs.js
+"$here/package.sh"
 
 bin=${NODEPORTD_BIN:-$root/target/debug/nodeportd}
 if [ ! -x "$bin" ]; then
