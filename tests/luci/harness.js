@@ -10,14 +10,16 @@
  * /ubus with a session, and `expect` unwraps the reply as LuCI's rpc.js does. The real
  * LuCI is checked by hand (docs/openwrt.md, section LuCI).
  *
- * URL: harness.html?view=nodeportd/status&acl=write|read
+ * URL: harness.html?view=nodeportd/status&acl=write|read[&sid=RPCD_SESSION]
  */
 'use strict';
 
 (function() {
 	const params = new URLSearchParams(location.search);
 	const readonly = params.get('acl') === 'read';
-	const session = readonly ? 'session-read' : 'session-write';
+	/* The test's stand-in server knows two sessions; `sid` passes a real rpcd session
+	 * instead (by hand, against real uhttpd + rpcd: docs/openwrt.md). */
+	const session = params.get('sid') || (readonly ? 'session-read' : 'session-write');
 	const h = window.__harness = { errors: [], notifications: [], strings: new Set(), polls: [], options: {} };
 
 	window.addEventListener('error', function(ev) { h.errors.push(String(ev.message)); });
