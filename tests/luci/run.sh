@@ -25,6 +25,7 @@ echo "ok - node --check on the views"
 echo "ok - eslint on the views"
 
 node check-refs.js
+node i18n-scan.js --check
 "$here/package.sh"
 
 bin=${NODEPORTD_BIN:-$root/target/debug/nodeportd}
