@@ -105,7 +105,8 @@
 					body: JSON.stringify({ jsonrpc: '2.0', id: ++rpcId, method: 'call', params: [ session, d.object, d.method, args ] })
 				}).then(function(r) { return r.json(); }).then(function(msg) {
 					if (msg.error) {
-						const e = new Error(msg.error.code === -32002 ? 'Access denied' : msg.error.message);
+						const e = new Error(msg.error.code === -32002 ? 'Access denied'
+							: 'RPC call to %s/%s failed with error %d: %s'.format(d.object, d.method, msg.error.code, msg.error.message));
 						e.name = 'RPCError';
 						e.code = msg.error.code;
 						throw e;

@@ -172,7 +172,14 @@ async function ubusCall(mode, object, method, args) {
 	const rpcMethod = method === 'status' ? 'status' : method.replace(/^(service|endpoints)_/, '$1.');
 	const params = Object.assign({}, args);
 	delete params.ubus_rpc_session;
-	const r = await daemon(rpcMethod, params);
+	let r;
+	try {
+		r = await daemon(rpcMethod, params);
+	}
+	catch (e) {
+		/* No daemon, no object: what uhttpd answers for an object ubusd does not know. */
+		return { notFound: true };
+	}
 	if (r.error) {
 		const reason = r.error.data && r.error.data.reason;
 		const err = { code: r.error.code, message: `Error from server (${reason || r.error.code}): ${r.error.message}` };
@@ -473,6 +480,22 @@ async function settingsPage(page, port) {
 	ok('settings read-only for a read-only session');
 }
 
+/* The daemon stops: the page says so at the next poll, and shows the state again when
+ * it is back (here: the table it last showed stays, under the message). */
+async function daemonGone(page, port, p) {
+	await open(page, port, 'nodeportd/status', 'write');
+	assert.equal(await page.textContent('#nodeportd-error'), '');
+	const exited = new Promise((resolve) => p.once('exit', resolve));
+	p.kill('SIGTERM');
+	await exited;
+	await page.evaluate(() => window.__harness.poll());
+	const msg = await page.textContent('#nodeportd-error');
+	assert.match(msg, /^nodeportd did not answer: .*Object not found/, msg);
+	assert.ok((await rows(page, 'nodeportd-services')).some((r) => r[1] === 'web'), 'the last table stays');
+	await page.screenshot({ path: path.join(shots, 'status-daemon-gone.png'), fullPage: true });
+	ok('a stopped daemon: the page says nodeportd did not answer');
+}
+
 function writeTmp(name, text) {
 	const f = path.join(tmp, name);
 	fs.writeFileSync(f, text);
@@ -482,7 +505,7 @@ function writeTmp(name, text) {
 async function main() {
 	if (!fs.existsSync(bin))
 		throw new Error(`no ${bin}: build it (cargo build) or set NODEPORTD_BIN`);
-	await startDaemon();
+	const daemonProcess = await startDaemon();
 	await seed();
 	const port = await serve();
 	const browser = await chromium.launch({
@@ -496,6 +519,7 @@ async function main() {
 	await actions(page);
 	await readOnly(page, port);
 	await settingsPage(page, port);
+	await daemonGone(page, port, daemonProcess);
 	console.log(`${passed} checks passed; screenshots in ${shots}`);
 }
 
