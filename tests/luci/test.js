@@ -315,7 +315,9 @@ async function statusPage(page, port) {
 	assert.equal(st.dataplane.inSync, true);
 	assert.equal(await page.textContent('#nodeportd-insync'), 'In sync');
 	const dpText = await page.textContent('#nodeportd-dataplane');
-	assert.ok(dpText.includes(`generation ${st.dataplane.generation}`) || dpText.includes('generation'), dpText);
+	assert.ok(dpText.includes(`generation ${st.dataplane.generation}, took ${st.dataplane.lastSyncMillis} ms`), dpText);
+	assert.ok(dpText.includes('inet nodeportd (dry run: nothing is programmed)'), dpText);
+	assert.ok(dpText.includes('luci-test'), dpText);
 	ok('dataplane state: in sync, generation, last sync');
 
 	const conflicts = await page.$$eval('#nodeportd-conflicts li', (els) => els.map((e) => e.textContent));
