@@ -148,8 +148,11 @@ return view.extend({
 
 		o = s.taboption('system', form.Value, 'socket_group', _('Socket group'),
 			_('A group whose members may use the control socket besides root (nodeportctl). Changing it restarts nodeportd.'));
-		o.datatype = 'uciname';
 		o.placeholder = 'nodeport';
+		o.validate = function(section_id, value) {
+			/* A name from /etc/group (letters, digits, '.', '_' and '-'). */
+			return (!value || /^[A-Za-z_][A-Za-z0-9._-]*$/.test(value)) ? true : _('a group name from /etc/group');
+		};
 
 		o = s.taboption('system', form.Value, 'status_led', _('Status LED'),
 			_('An LED under /sys/class/leds: on while in sync, blinking while not, off when stopped.'));
