@@ -116,7 +116,7 @@
 						for (const key in d.expect) {
 							if (key !== '' && ret != null && typeof ret === 'object')
 								ret = ret[key];
-							if (ret == null)
+							if (ret == null || Object.prototype.toString.call(ret) !== Object.prototype.toString.call(d.expect[key]))
 								ret = d.expect[key];
 							break;
 						}

@@ -9,46 +9,41 @@
  * nodeportd status: what the router serves, where, and whether the kernel holds it.
  * Everything comes from the daemon's own ubus object `nodeportd`; the page polls it.
  * A refused request answers (ubus status 0) with {error: {code, reason, message}};
- * the message is shown as the daemon worded it.
+ * the message is shown as the daemon worded it. The calls have no `expect`: with one,
+ * LuCI would turn a non-zero ubus status into an empty object and hide it.
  */
 
 const callStatus = rpc.declare({
 	object: 'nodeportd',
-	method: 'status',
-	expect: { '': {} }
+	method: 'status'
 });
 
 const callServiceList = rpc.declare({
 	object: 'nodeportd',
-	method: 'service_list',
-	expect: { '': {} }
+	method: 'service_list'
 });
 
 const callEndpointsList = rpc.declare({
 	object: 'nodeportd',
-	method: 'endpoints_list',
-	expect: { '': {} }
+	method: 'endpoints_list'
 });
 
 const callServiceApply = rpc.declare({
 	object: 'nodeportd',
 	method: 'service_apply',
-	params: [ 'object' ],
-	expect: { '': {} }
+	params: [ 'object' ]
 });
 
 const callEndpointsApply = rpc.declare({
 	object: 'nodeportd',
 	method: 'endpoints_apply',
-	params: [ 'object' ],
-	expect: { '': {} }
+	params: [ 'object' ]
 });
 
 const callServiceDelete = rpc.declare({
 	object: 'nodeportd',
 	method: 'service_delete',
-	params: [ 'namespace', 'name' ],
-	expect: { '': {} }
+	params: [ 'namespace', 'name' ]
 });
 
 const SERVICE_NAME_LABEL = 'kubernetes.io/service-name';
@@ -69,6 +64,8 @@ function plain(v) {
 
 /* The message of a refused request, or null. */
 function errorOf(reply) {
+	if (typeof reply === 'number')
+		return _('ubus status %d').format(reply);
 	if (!isObj(reply))
 		return _('No reply from nodeportd');
 	if (isObj(reply.error))
@@ -297,7 +294,7 @@ return view.extend({
 
 	renderAll: function(data) {
 		const st = isObj(data[0]) ? data[0] : {};
-		const err = errorOf(st) || errorOf(data[1]) || errorOf(data[2]);
+		const err = errorOf(data[0]) || errorOf(data[1]) || errorOf(data[2]);
 		const services = isObj(data[1]) ? list(data[1].items) : [];
 		const endpoints = isObj(data[2]) ? list(data[2].items) : [];
 
