@@ -43,8 +43,9 @@ tests/smoke/run.sh
 
 step "OpenWrt packages"
 openwrt-package/build-ipk.sh
-openwrt-package/build-luci-app.sh
 tests/package/run.sh
+# After tests/package/run.sh, which rebuilds dist/ipk from scratch.
+openwrt-package/build-luci-app.sh
 
 step "emulated routers (full-system QEMU)"
 # Functional checks only; the footprint benchmark is run by hand (docs/benchmarks.md).
