@@ -332,12 +332,19 @@ async function statusPage(page, port) {
 	fs.mkdirSync(shots, { recursive: true });
 	await page.screenshot({ path: path.join(shots, 'status.png'), fullPage: true });
 
+	/* An idle poll asks for the status only; the lists follow a change. */
+	let before = calls.length;
+	await page.evaluate(() => window.__harness.poll());
+	assert.deepEqual(calls.slice(before).map((c) => c.method), [ 'status' ], 'an idle poll is one status call');
+
 	/* Live: a Service applied behind the page's back shows at the next poll. */
 	await daemonOk('service.apply', { object: service('late', { type: 'NodePort', ports: [ { port: 8080, protocol: 'TCP' } ] }) });
 	assert.ok(!(await rows(page, 'nodeportd-services')).some((r) => r[1] === 'late'));
+	before = calls.length;
 	await page.evaluate(() => window.__harness.poll());
+	assert.deepEqual(calls.slice(before).map((c) => c.method).sort(), [ 'endpoints_list', 'service_list', 'status' ]);
 	assert.ok((await rows(page, 'nodeportd-services')).some((r) => r[1] === 'late'), 'the poll shows the new Service');
-	ok('refreshed by the poll');
+	ok('refreshed by the poll: the status alone while idle, the lists after a change');
 }
 
 async function applyText(page, obj) {

@@ -155,8 +155,24 @@ return view.extend({
 	syncSeen: null,
 	lastGeneration: null,
 
-	fetch: function() {
-		return Promise.all([ callStatus(), callServiceList(), callEndpointsList() ]);
+	/* The lists are asked for again only when the daemon changed something: it writes
+	 * every accepted change to its store (store.writes) and resyncs the data plane
+	 * (dataplane.generation). So a poll of an idle router is one small call. */
+	lists: null,
+	listsKey: null,
+
+	fetch: function(force) {
+		return callStatus().then(L.bind(function(st) {
+			const key = (isObj(st) && isObj(st.store) && isObj(st.dataplane))
+				? '%s/%s'.format(st.store.writes, st.dataplane.generation) : null;
+			if (!force && key !== null && key === this.listsKey)
+				return [ st ].concat(this.lists);
+			return Promise.all([ callServiceList(), callEndpointsList() ]).then(L.bind(function(lists) {
+				this.lists = lists;
+				this.listsKey = key;
+				return [ st ].concat(lists);
+			}, this));
+		}, this));
 	},
 
 	load: function() {
@@ -308,8 +324,8 @@ return view.extend({
 		dom.content(this.nodes.problems, this.renderProblems(st));
 	},
 
-	refresh: function() {
-		return this.fetch().then(L.bind(this.renderAll, this), L.bind(function(err) {
+	refresh: function(force) {
+		return this.fetch(force === true).then(L.bind(this.renderAll, this), L.bind(function(err) {
 			dom.content(this.nodes.error, E('div', { 'class': 'alert-message warning' },
 				[ E('strong', _('nodeportd did not answer:')), ' ', E('code', {}, plain(err.message || err)) ]));
 		}, this));
@@ -331,7 +347,7 @@ return view.extend({
 								const err = errorOf(reply);
 								if (err)
 									ui.addNotification(_('Not deleted'), E('pre', { 'class': 'nodeportd-error' }, plain(err)), 'danger');
-								return this.refresh();
+								return this.refresh(true);
 							}, this)).finally(resolve);
 						})
 					}, _('Delete'))
@@ -370,7 +386,7 @@ return view.extend({
 			});
 		}, Promise.resolve([])).then(L.bind(function(lines) {
 			dom.content(out, lines);
-			return this.refresh();
+			return this.refresh(true);
 		}, this));
 	},
 
