@@ -29,5 +29,19 @@ module.exports = [
 			'prefer-const': 'error',
 			'eqeqeq': [ 'error', 'smart' ]
 		}
+	},
+	{
+		// The tests themselves: node scripts, and the harness that runs in the browser.
+		files: [ 'tests/luci/*.js' ],
+		languageOptions: {
+			ecmaVersion: 2022,
+			sourceType: 'commonjs',
+			globals: {
+				require: 'readonly', module: 'writable', process: 'readonly', __dirname: 'readonly', console: 'readonly',
+				setTimeout: 'readonly', URL: 'readonly', URLSearchParams: 'readonly', fetch: 'readonly',
+				window: 'readonly', document: 'readonly', location: 'readonly'
+			}
+		},
+		rules: { 'no-unused-vars': [ 'error', { args: 'none', caughtErrors: 'none' } ] }
 	}
 ];

@@ -186,7 +186,7 @@
 		}
 		render(sid) {
 			const readonly = this.section.map.readonly;
-			let cur = uci.get(this.section.map.config, sid, this.option);
+			const cur = uci.get(this.section.map.config, sid, this.option);
 			const list = cur == null ? [] : (Array.isArray(cur) ? cur : [ cur ]);
 			const inputs = (this instanceof DynamicList ? list.concat([ '' ]) : [ list[0] == null ? '' : list[0] ]).map(L.bind(function(v) {
 				const why = v === '' ? true : this.validateValue(sid, v);

@@ -21,8 +21,8 @@ for f in "$views"/nodeportd/*.js; do
 done
 echo "ok - node --check on the views"
 # eslint lints files under its working directory only: run it from the root.
-(cd "$root" && "$here/node_modules/.bin/eslint" -c "$here/eslint.config.js" --max-warnings 0 "$views")
-echo "ok - eslint on the views"
+(cd "$root" && "$here/node_modules/.bin/eslint" -c "$here/eslint.config.js" --max-warnings 0 "$views" tests/luci/*.js)
+echo "ok - eslint on the views and on these tests"
 
 node check-refs.js
 node i18n-scan.js --check
