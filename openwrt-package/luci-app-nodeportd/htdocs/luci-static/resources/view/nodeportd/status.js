@@ -144,7 +144,7 @@ function bandBar(label, band) {
 
 	return E('div', { 'class': 'nodeportd-band', 'data-used': used, 'data-size': size }, [
 		E('div', { 'style': 'margin:.3em 0 .1em' }, [ E('strong', label), ' ', text ]),
-		E('div', { 'class': 'cbi-progressbar', 'title': '%.1f%%'.format(pct) },
+		E('div', { 'class': 'cbi-progressbar', 'title': '%d / %d (%.1f%%)'.format(used, size, pct) },
 			E('div', { 'style': 'width:%.2f%%'.format(pct) }))
 	]);
 }
