@@ -46,6 +46,7 @@ for r in cl rt be; do for l in $(ip -n "$p-$r" -o link show | awk -F': ' '{print
 ip -n "$p-cl" route add default via 198.18.1.1
 ip -n "$p-be" route add default via 198.18.2.1
 ip netns exec "$p-rt" sysctl -qw net.ipv4.ip_forward=1
+ip netns exec "$p-cl" sysctl -qw net.ipv4.ip_local_port_range="1024 65000"
 
 ip netns exec "$p-be" "$gen" serve 0.0.0.0 8080 &
 pids+=($!)
@@ -91,7 +92,7 @@ in_sync() {
         ctl status -o json | tr -d ' \n' | grep -q '"inSync":true' && return 0
         sleep 0.1
     done
-    echo "the daemon did not get in sync" >&2; exit 1
+    echo "the daemon did not get in sync" >&2; ctl status >&2; tail "$work/daemon.log" >&2; exit 1
 }
 
 # TIME_WAIT entries would fill the conntrack table at these rates.
@@ -114,7 +115,7 @@ for _ in $(seq "$rounds"); do
     measure nat 10 198.18.1.1 30080
 done
 objects 10 10000 >"$work/o10000.json"
-ctl apply -f "$work/o10000.json" >/dev/null
+ctl apply -f "$work/o10000.json" >"$work/apply.log" || { tail "$work/apply.log" "$work/daemon.log" >&2; exit 1; }
 in_sync
 for _ in $(seq "$rounds"); do
     measure forward 10000 198.18.2.11 8080

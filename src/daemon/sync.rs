@@ -267,18 +267,25 @@ async fn apply(
     Ok(Applied { messages: rep.stats.messages as u64, replaced: true, committed: true })
 }
 
-/// Folds queued batches into one: later objects replace earlier ones.
-fn merge(into: &mut SyncRequest, next: SyncRequest) {
-    if next.rebuild {
-        into.changed = next.changed;
-        into.rebuild = true;
-    } else {
-        let mut m: BTreeMap<Key, Option<OwnedService>> = std::mem::take(&mut into.changed).into_iter().collect();
-        m.extend(next.changed);
-        into.changed = m.into_iter().collect();
+/// Folds queued batches into one (in one pass: thousands may queue while a long sync
+/// runs): later objects replace earlier ones.
+fn merge(mut first: SyncRequest, rest: Vec<SyncRequest>) -> SyncRequest {
+    if rest.is_empty() {
+        return first;
     }
-    into.check |= next.check;
-    into.node = next.node;
+    let mut changed: BTreeMap<Key, Option<OwnedService>> = std::mem::take(&mut first.changed).into_iter().collect();
+    for next in rest {
+        if next.rebuild {
+            changed = next.changed.into_iter().collect();
+            first.rebuild = true;
+        } else {
+            changed.extend(next.changed);
+        }
+        first.check |= next.check;
+        first.node = next.node;
+    }
+    first.changed = changed.into_iter().collect();
+    first
 }
 
 async fn worker(
@@ -298,9 +305,9 @@ async fn worker(
             }
         };
         // A request, or drift found by the event socket (a check of the kernel).
-        let mut req = tokio::select! {
+        let (req, sent) = tokio::select! {
             r = rx.recv() => match r {
-                Some(r) => r,
+                Some(r) => (r, 1),
                 None => return,
             },
             ev = event => {
@@ -326,14 +333,16 @@ async fn worker(
                 if !check {
                     continue;
                 }
-                SyncRequest { node: n, changed: Vec::new(), rebuild: false, check: true }
+                (SyncRequest { node: n, changed: Vec::new(), rebuild: false, check: true }, 0)
             }
         };
-        let mut batches = 1;
+        let mut queued = Vec::new();
         while let Ok(next) = rx.try_recv() {
-            merge(&mut req, next);
-            batches += 1;
+            queued.push(next);
         }
+        // Batches the event loop sent (a check the event socket asked for is not one).
+        let batches = sent + queued.len() as u64;
+        let mut req = merge(req, queued);
         let started = Instant::now();
         table = req.node.table.clone();
         let planned = (!req.changed.is_empty()
