@@ -37,15 +37,28 @@ pub fn dns1035_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// RFC 1123 label: namespaces, port names, hostnames.
-pub fn dns1123_label(s: &str) -> Result<(), String> {
+/// RFC 1123 label: Service names (since the API server's relaxed service name
+/// validation), namespaces, port names, hostnames. Like apimachinery's
+/// `IsDNS1123Label`, a valid subdomain that is not a label gets "must not contain dots".
+/// Every message applies, so this returns them all (the API server lists each).
+pub fn dns1123_label_all(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(e) = max_len(s, 63) {
-        return Err(e);
+        out.push(e);
     }
     if !label_chars_ok(s) {
-        return Err(DNS1123_LABEL_ERR.to_string());
+        let subdomain = !s.is_empty() && s.split('.').all(label_chars_ok);
+        out.push(if subdomain { "must not contain dots".to_string() } else { DNS1123_LABEL_ERR.to_string() });
     }
-    Ok(())
+    out
+}
+
+/// The first message of [`dns1123_label_all`].
+pub fn dns1123_label(s: &str) -> Result<(), String> {
+    match dns1123_label_all(s).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// RFC 1123 subdomain: Endpoints/EndpointSlice names, node names, externalName.
@@ -172,7 +185,12 @@ mod tests {
     #[test]
     fn dns1123_label_allows_leading_digit() {
         assert!(dns1123_label("5432-5432").is_ok());
-        assert!(dns1123_label("-a").unwrap_err().contains("RFC 1123 label"));
+        assert!(dns1123_label("1web").is_ok());
+        assert_eq!(dns1123_label("-a").unwrap_err(), DNS1123_LABEL_ERR);
+        assert_eq!(dns1123_label("web.example").unwrap_err(), "must not contain dots");
+        assert_eq!(dns1123_label("Web").unwrap_err(), DNS1123_LABEL_ERR);
+        let long = format!("{}-", "a".repeat(64));
+        assert_eq!(dns1123_label_all(&long), ["must be no more than 63 characters", DNS1123_LABEL_ERR]);
     }
 
     #[test]

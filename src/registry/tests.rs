@@ -37,6 +37,11 @@ fn np(name: &str, ports: serde_json::Value) -> Service {
     svc(json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": ports}}))
 }
 
+/// Addresses allocated in CIDR `i`, without the one reserved for `default/kubernetes`.
+fn user_ips(r: &Registry, i: usize) -> Vec<IpAddr> {
+    r.cluster_ips[i].allocated().into_iter().filter(|ip| Some(*ip) != r.reserved).collect()
+}
+
 fn node_ports(s: &Service) -> Vec<i64> {
     s.spec.ports.iter().filter_map(|p| p.node_port).collect()
 }
@@ -94,7 +99,7 @@ fn seed_kube_dns_static_cluster_ip_and_wording() {
     let e = r.apply_service(dup, &stamp()).unwrap_err();
     assert_eq!(
         e.message,
-        "Service \"kube-dns\" is invalid: spec.clusterIPs: Invalid value: [\"10.97.0.10\"]: failed to allocate IP 10.97.0.10: the provided IP (10.97.0.10) is not in the valid range. The range of valid IPs is 10.96.0.0/16"
+        "Service \"kube-dns\" is invalid: spec.clusterIPs: Invalid value: [\"10.97.0.10\"]: failed to allocate IP 10.97.0.10: the provided network does not match the current range"
     );
 }
 
@@ -169,13 +174,19 @@ fn reapply_without_nodeports_keeps_them_and_naming_one_moves_it() {
 }
 
 #[test]
-fn unnamed_single_port_is_matched_by_number_and_protocol() {
+fn unnamed_single_port_is_matched_by_name() {
     let mut r = reg();
     let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
     let (_, s2) = r.apply_service(np("web", json!([{"port": 80, "targetPort": 8080}])), &stamp()).unwrap();
     assert_eq!(node_ports(&s2), node_ports(&s));
+    // The API server matches ports by name (here the empty one): a new port number
+    // keeps the nodePort external clients use.
     let (_, s3) = r.apply_service(np("web", json!([{"port": 8080}])), &stamp()).unwrap();
-    assert_ne!(node_ports(&s3), node_ports(&s));
+    assert_eq!(node_ports(&s3), node_ports(&s));
+    assert_eq!(r.node_ports.allocated().len(), 1);
+    // A renamed port is a new port.
+    let (_, s4) = r.apply_service(np("web", json!([{"name": "http", "port": 8080}])), &stamp()).unwrap();
+    assert_ne!(node_ports(&s4), node_ports(&s));
     assert_eq!(r.node_ports.allocated().len(), 1);
 }
 
@@ -241,7 +252,7 @@ fn external_name_is_stored_without_allocations() {
     assert!(s2.spec.cluster_ip.is_none() && s2.spec.cluster_ips.is_empty());
     assert!(node_ports(&s2).is_empty());
     assert!(r.node_ports.allocated().is_empty());
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
     let fresh =
         svc(json!({"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.org"}}));
     let (a, s3) = r.apply_service(fresh, &stamp()).unwrap();
@@ -285,12 +296,21 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     let (_, s4) = r.apply_service(no, &stamp()).unwrap();
     assert_eq!(s4.spec.ports[0].node_port, None);
     assert_eq!(s4.spec.ports[1].node_port, Some(30020));
-    // Turning allocation off on a Service that has node ports keeps them.
-    let mut off = s.clone();
+    // Turning allocation off in an update without node ports drops and frees them, as
+    // the API server does; one the update names stays.
+    let (_, lb3) =
+        r.apply_service(np("lb3", json!([{"name": "a", "port": 80}, {"name": "b", "port": 81}])), &stamp()).unwrap();
+    let mut off = lb3.clone();
+    off.spec.type_ = Some("LoadBalancer".into());
     off.spec.allocate_load_balancer_node_ports = Some(false);
+    let kept = off.spec.ports[1].node_port;
     off.spec.ports[0].node_port = None;
+    let freed = lb3.spec.ports[0].node_port.unwrap() as u16;
     let (_, s5) = r.apply_service(off, &stamp()).unwrap();
-    assert_eq!(node_ports(&s5), node_ports(&s));
+    assert_eq!(s5.spec.ports[0].node_port, None);
+    assert_eq!(s5.spec.ports[1].node_port, kept);
+    assert!(!r.node_ports.is_allocated(freed));
+    assert!(r.node_ports.is_allocated(kept.unwrap() as u16));
 }
 
 #[test]
@@ -400,7 +420,7 @@ fn headless_gets_no_allocation() {
         .unwrap();
     assert_eq!(s.spec.cluster_ips, vec!["None"]);
     assert_eq!(s.spec.cluster_ip.as_deref(), Some("None"));
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
 }
 
 #[test]
@@ -428,9 +448,23 @@ fn dual_stack_policies() {
         .unwrap();
     assert!(v6.spec.cluster_ip.unwrap().contains(':'));
     assert_eq!(v6.spec.ip_families, vec!["IPv6", "IPv4"]);
-    // Two families without a policy means RequireDualStack (as the API server defaults).
-    let (_, two) = r.apply_service(base("two", json!({"ipFamilies": ["IPv4", "IPv6"]})), &stamp()).unwrap();
-    assert_eq!(two.spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    // Two families without a policy: the API server defaults SingleStack and refuses.
+    let e = r.apply_service(base("two", json!({"ipFamilies": ["IPv4", "IPv6"]})), &stamp()).unwrap_err();
+    assert_eq!(
+        e.message,
+        "Service \"two\" is invalid: spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"
+    );
+    let e = r
+        .apply_service(
+            base("two", json!({"clusterIP": "10.96.0.21", "clusterIPs": ["10.96.0.21", "fd00:10:96::21"], "ipFamilies": ["IPv4", "IPv6"]})),
+            &stamp(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "Service \"two\" is invalid: [spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified, spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified]"
+    );
+    assert!(!r.cluster_ips[0].is_allocated("10.96.0.21".parse().unwrap()));
     // Upgrade single -> prefer keeps the first IP and adds one; downgrade drops it again.
     let (_, up) = r.apply_service(base("single", json!({"ipFamilyPolicy": "PreferDualStack"})), &stamp()).unwrap();
     assert_eq!(up.spec.cluster_ips[0], single.spec.cluster_ips[0]);
@@ -442,7 +476,11 @@ fn dual_stack_policies() {
     // Static dual-stack request.
     let (_, st) = r
         .apply_service(
-            base("st", json!({"clusterIPs": ["10.96.0.20", "fd00:10:96::20"], "ipFamilyPolicy": "RequireDualStack"})),
+            base(
+                "st",
+                json!({"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20", "fd00:10:96::20"],
+                    "ipFamilyPolicy": "RequireDualStack"}),
+            ),
             &stamp(),
         )
         .unwrap();
@@ -459,7 +497,7 @@ fn dual_stack_policies() {
     assert_eq!(p4.spec.ip_families, vec!["IPv4"]);
     let e = r4.apply_service(base("six", json!({"ipFamilies": ["IPv6"]})), &stamp()).unwrap_err();
     assert!(e.message.contains("spec.ipFamilies[0]: Invalid value: \"IPv6\": not configured on this cluster"), "{e}");
-    assert!(r4.cluster_ips[0].allocated().len() == 1);
+    assert!(user_ips(&r4, 0).len() == 1);
 }
 
 #[test]
@@ -470,7 +508,7 @@ fn delete_and_not_found_wording() {
     assert_eq!((e.reason, e.message.as_str()), (Reason::NotFound, "services \"nope\" not found"));
     assert_eq!(r.delete_service("default", "web").unwrap(), s);
     assert!(r.node_ports.allocated().is_empty());
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
     assert_eq!(r.get_service("default", "web").unwrap_err().message, "services \"web\" not found");
 }
 
@@ -503,7 +541,7 @@ fn range_full_wording_and_rollback() {
     r.apply_service(np("b", json!([{"port": 80}])), &stamp()).unwrap();
     let e = r.apply_service(np("c", json!([{"port": 80}])), &stamp()).unwrap_err();
     assert_eq!((e.reason, e.message.as_str()), (Reason::RangeFull, "failed to allocate a nodePort: range is full"));
-    assert_eq!(r.cluster_ips[0].allocated().len(), 2);
+    assert_eq!(user_ips(&r, 0).len(), 2);
 }
 
 #[test]
@@ -843,7 +881,9 @@ mod prop {
         }
         let alloc_ports: BTreeSet<u16> = r.node_ports.allocated().into_iter().collect();
         prop_assert_eq!(&alloc_ports, &ports, "node port allocator vs stored services");
-        let alloc_ips: BTreeSet<IpAddr> = r.cluster_ips.iter().flat_map(|a| a.allocated()).collect();
+        let alloc_ips: BTreeSet<IpAddr> =
+            r.cluster_ips.iter().flat_map(|a| a.allocated()).filter(|ip| Some(*ip) != r.reserved).collect();
+        prop_assert!(r.reserved.is_some_and(|ip| r.cluster_ips[0].is_allocated(ip)), "reserved address freed");
         prop_assert_eq!(&alloc_ips, &ips, "IP allocators vs stored services");
         let u = r.usage();
         let used = u.node_ports.bands.dynamic.used + u.node_ports.bands.static_band.map_or(0, |b| b.used);
