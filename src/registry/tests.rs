@@ -970,3 +970,275 @@ fn a_relabelled_or_deleted_slice_leaves_its_old_service() {
     r.delete_endpoints(EndpointsKind::EndpointSlice, "default", "s1").unwrap();
     assert!(r.backends(&b)[0].backends.is_empty());
 }
+
+// ---- kube-apiserver 1.36 scenarios (issue 13), texts verbatim ----
+
+fn lb_local(name: &str) -> Service {
+    svc(json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+        "ports": [{"port": 80}]}}))
+}
+
+#[test]
+fn type_change_round_trip_drops_and_frees_obsolete_values() {
+    let mut r = reg();
+    // NodePort -> ClusterIP still carrying the nodePort: accepted, port freed.
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    let port = node_ports(&s)[0] as u16;
+    let mut c = s.clone();
+    c.spec.type_ = Some("ClusterIP".into());
+    let (_, c) = r.apply_service(c, &stamp()).unwrap();
+    assert_eq!(node_ports(&c), Vec::<i64>::new());
+    assert_eq!(c.spec.external_traffic_policy, None);
+    assert!(!r.node_ports.is_allocated(port));
+    // A nodePort the stored object did not hold is still refused.
+    let mut bad = c.clone();
+    bad.spec.ports[0].node_port = Some(30999);
+    assert_eq!(
+        r.apply_service(bad, &stamp()).unwrap_err().message,
+        "Service \"web\" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"
+    );
+
+    // externalTrafficPolicy Local -> Cluster carrying healthCheckNodePort: dropped, freed.
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    let hc = lb.spec.health_check_node_port.unwrap() as u16;
+    let mut cl = lb.clone();
+    cl.spec.external_traffic_policy = Some("Cluster".into());
+    let (_, cl) = r.apply_service(cl, &stamp()).unwrap();
+    assert_eq!(cl.spec.health_check_node_port, None);
+    assert!(!r.node_ports.is_allocated(hc));
+    // LoadBalancer -> NodePort carrying it and allocateLoadBalancerNodePorts: both dropped.
+    let (_, lb2) = r.apply_service(lb_local("lb2"), &stamp()).unwrap();
+    let hc2 = lb2.spec.health_check_node_port.unwrap() as u16;
+    let mut n = lb2.clone();
+    n.spec.type_ = Some("NodePort".into());
+    let (_, n) = r.apply_service(n, &stamp()).unwrap();
+    assert_eq!((n.spec.health_check_node_port, n.spec.allocate_load_balancer_node_ports), (None, None));
+    assert_eq!(node_ports(&n), node_ports(&lb2));
+    assert!(!r.node_ports.is_allocated(hc2));
+}
+
+#[test]
+fn cluster_ip_to_external_name_frees_the_address_for_the_next_service() {
+    // A /29 has 6 usable addresses; the first is reserved for default/kubernetes.
+    let mut r = Registry::with_seed(range(), &["10.96.0.0/29".parse().unwrap()], 1);
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let (_, s) = r
+            .apply_service(
+                svc(json!({"metadata": {"name": format!("c{i}")}, "spec": {"ports": [{"port": 80}]}})),
+                &stamp(),
+            )
+            .unwrap();
+        held.push(s);
+    }
+    let over = svc(json!({"metadata": {"name": "c28-over"}, "spec": {"ports": [{"port": 80}]}}));
+    let e = r.apply_service(over.clone(), &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (Reason::RangeFull, "failed to allocate a serviceIP for Service \"c28-over\": range is full")
+    );
+    let mut ext = held[0].clone();
+    ext.spec.type_ = Some("ExternalName".into());
+    ext.spec.external_name = Some("db.example.com".into());
+    let (_, ext) = r.apply_service(ext, &stamp()).unwrap();
+    assert_eq!((ext.spec.cluster_ip.as_deref(), ext.spec.cluster_ips.len()), (None, 0));
+    let (_, next) = r.apply_service(over, &stamp()).unwrap();
+    assert_eq!(next.spec.cluster_ip, held[0].spec.cluster_ip);
+}
+
+#[test]
+fn require_dual_stack_to_single_stack_releases_the_secondary() {
+    let mut r = Registry::with_seed(range(), &dual(), 2);
+    let (_, d) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "d"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let second: IpAddr = d.spec.cluster_ips[1].parse().unwrap();
+    let mut s = d.clone();
+    s.spec.ip_family_policy = Some("SingleStack".into());
+    let (_, s) = r.apply_service(s, &stamp()).unwrap();
+    assert_eq!(s.spec.cluster_ips, d.spec.cluster_ips[..1]);
+    assert_eq!(s.spec.ip_families, ["IPv4"]);
+    assert!(!r.cluster_ips[1].is_allocated(second));
+}
+
+#[test]
+fn zero_means_allocate() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80, "nodePort": 0}])), &stamp()).unwrap();
+    assert!(node_ports(&s)[0] >= 30000);
+    let mut lb = lb_local("lb");
+    lb.spec.health_check_node_port = Some(0);
+    lb.spec.ports[0].node_port = Some(0);
+    let (_, lb) = r.apply_service(lb, &stamp()).unwrap();
+    assert!(lb.spec.health_check_node_port.unwrap() >= 30000);
+    // 0 in an update keeps what the Service holds.
+    let mut again = lb.clone();
+    again.spec.health_check_node_port = Some(0);
+    again.spec.ports[0].node_port = Some(0);
+    assert_eq!(r.apply_service(again, &stamp()).unwrap().0, Action::Unchanged);
+}
+
+#[test]
+fn static_ip_outside_the_range_network_and_broadcast() {
+    let mut r = Registry::with_seed(range(), &["10.96.0.0/24".parse().unwrap()], 1);
+    for ip in ["10.96.1.99", "10.96.0.0", "10.96.0.255"] {
+        let s = svc(json!({"metadata": {"name": "s"}, "spec": {"clusterIP": ip, "ports": [{"port": 80}]}}));
+        assert_eq!(
+            r.apply_service(s, &stamp()).unwrap_err().message,
+            format!("Service \"s\" is invalid: spec.clusterIPs: Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: the provided network does not match the current range")
+        );
+    }
+    let s = svc(json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "fd00::5", "ports": [{"port": 80}]}}));
+    assert_eq!(
+        r.apply_service(s, &stamp()).unwrap_err().message,
+        "Service \"s\" is invalid: spec.clusterIPs[0]: Invalid value: [\"fd00::5\"]: IPv6 is not configured on this cluster"
+    );
+}
+
+#[test]
+fn health_check_node_port_texts() {
+    let mut r = reg();
+    r.apply_service(np("taken", json!([{"port": 80, "nodePort": 30009}])), &stamp()).unwrap();
+    let mut lb = lb_local("lb");
+    lb.spec.health_check_node_port = Some(30009);
+    let e = r.apply_service(lb.clone(), &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (
+            Reason::AlreadyAllocated,
+            "failed to allocate requested HealthCheck NodePort 30009: provided port is already allocated"
+        )
+    );
+    lb.spec.health_check_node_port = Some(40000);
+    assert_eq!(
+        r.apply_service(lb, &stamp()).unwrap_err().message,
+        "failed to allocate requested HealthCheck NodePort 40000: provided port is not in the valid range. The range of valid ports is 30000-32767"
+    );
+    let mut full = Registry::with_seed(PortRange { first: 30000, last: 30000 }, &v4(), 1);
+    let e = full.apply_service(lb_local("lb"), &stamp()).unwrap_err();
+    assert_eq!(e.message, "failed to allocate a HealthCheck NodePort 0: range is full");
+    assert!(full.node_ports.allocated().is_empty());
+}
+
+#[test]
+fn first_address_is_reserved_for_default_kubernetes() {
+    let mut r = reg();
+    let first: IpAddr = "10.96.0.1".parse().unwrap();
+    let other = svc(json!({"metadata": {"name": "web"}, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}));
+    let e = r.apply_service(other, &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (Reason::AlreadyAllocated, "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.0.1\"]: failed to allocate IP 10.96.0.1: provided IP is already allocated")
+    );
+    let k = svc(json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 6443}]}}));
+    let (_, k) = r.apply_service(k, &stamp()).unwrap();
+    assert_eq!(k.spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    // Deleting it keeps the address reserved; a restore gives it back without a conflict.
+    let (r2, problems) = Registry::restore(range(), &v4(), vec![k.clone()], vec![]);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, [first].into());
+    r.delete_service("default", "kubernetes").unwrap();
+    assert!(r.cluster_ips[0].is_allocated(first));
+}
+
+#[test]
+fn stored_defaults_are_the_api_servers() {
+    let mut r = reg();
+    let (_, c) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "c"}, "spec": {"ports": [{"port": 80}],
+        "sessionAffinity": "ClientIP"}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(c.spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(c.spec.session_affinity_config.unwrap().client_ip.unwrap().timeout_seconds, Some(10800));
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    assert_eq!(lb.spec.allocate_load_balancer_node_ports, Some(true));
+    // sessionAffinityConfig with None: dropped.
+    let (_, n) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "n"}, "spec": {"ports": [{"port": 80}],
+        "sessionAffinity": "None", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}}}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(n.spec.session_affinity_config, None);
+    // Accepted and stored as given.
+    let (_, o) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "o"}, "spec": {"type": "LoadBalancer",
+        "loadBalancerIP": "not-an-ip", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(o.spec.load_balancer_ip.as_deref(), Some("not-an-ip"));
+    let (_, x) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "x"}, "spec": {"externalName": "db.example.com",
+        "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(x.spec.external_name.as_deref(), Some("db.example.com"));
+    let (_, h) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None",
+        "externalIPs": ["198.18.0.7"], "selector": {"app": "h"}, "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(h.spec.external_ips, ["198.18.0.7"]);
+    let (_, one) = r
+        .apply_service(svc(json!({"metadata": {"name": "1web"}, "spec": {"ports": [{"port": 80}]}})), &stamp())
+        .unwrap();
+    assert_eq!(one.metadata.name, "1web");
+}
+
+#[test]
+fn headless_without_selector_is_dual_stack() {
+    for cidrs in [dual(), v4()] {
+        let mut r = Registry::with_seed(range(), &cidrs, 1);
+        let (_, h) =
+            r.apply_service(svc(json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}})), &stamp()).unwrap();
+        assert_eq!(h.spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+        assert_eq!(h.spec.ip_families, ["IPv4", "IPv6"]);
+        assert_eq!(h.spec.cluster_ips, ["None"]);
+        let (_, hs) = r
+            .apply_service(
+                svc(json!({"metadata": {"name": "hs"}, "spec": {"clusterIP": "None", "selector": {"app": "a"}}})),
+                &stamp(),
+            )
+            .unwrap();
+        assert_eq!((hs.spec.ip_family_policy.as_deref(), hs.spec.ip_families.len()), (Some("SingleStack"), 1));
+    }
+}
+
+#[test]
+fn slice_ports_a_node_cannot_use_are_stored_and_skipped() {
+    let mut r = reg();
+    let (_, s) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "web"}, "spec": {"ports": [{"name": "a", "port": 80},
+            {"name": "b", "port": 81}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let obj = slice(
+        "web-1",
+        "web",
+        json!({"addressType": "IPv4",
+        "endpoints": [{"addresses": ["198.18.1.2"]}],
+        "ports": [{"name": "a", "port": 70000}, {"name": "b", "port": 8081}]}),
+    );
+    let crate::model::EndpointsObject::Slice(es) = &obj else { unreachable!() };
+    crate::model::validate::validate_endpoint_slice(es).unwrap();
+    r.apply_endpoints(obj, &stamp()).unwrap();
+    let b = r.backends(&s);
+    assert!(b[0].backends.is_empty(), "{b:?}");
+    assert_eq!(b[1].backends.len(), 1);
+}
