@@ -31,8 +31,6 @@ use super::{ApiError, EndpointAddress, EndpointPort, EndpointSlice, Endpoints, I
 const SUPPORTED_TYPES: &[&str] = &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
 const SUPPORTED_PROTOCOLS: &[&str] = &["SCTP", "TCP", "UDP"];
 const PORT_RANGE: &str = "must be between 1 and 65535, inclusive";
-/// The kubelet's port, which a LoadBalancer may not expose.
-const KUBELET_PORT: i64 = 10250;
 
 /// A JSON-quoted string, as the API server prints string values (Go's `%q`).
 pub(crate) fn q(s: &str) -> String {
@@ -180,32 +178,75 @@ pub fn validate_service_create(svc: &Service) -> Result<(), ApiError> {
     validate_service(&s)
 }
 
-/// `ValidateService` on a defaulted, prepared Service.
+/// `ValidateService` (as for a create) on a defaulted, prepared Service.
 pub fn validate_service(svc: &Service) -> Result<(), ApiError> {
     let mut e = Errs::new("Service", &svc.metadata.name);
+    service_errs(&mut e, svc, false);
+    e.finish()
+}
+
+/// `ValidateServiceUpdate` on a defaulted, prepared Service and the stored one: the
+/// update rules first (a primary cluster IP may not change, a secondary is released
+/// only with `SingleStack`, `healthCheckNodePort` is immutable while it is needed),
+/// then everything `ValidateService` checks but the name.
+pub fn validate_service_update(svc: &Service, old: &Service) -> Result<(), ApiError> {
+    let mut e = Errs::new("Service", &svc.metadata.name);
+    upgrade_downgrade_cluster_ips(&mut e, svc, old);
+    let needs_hc = super::strategy::needs_health_check;
+    if needs_hc(old) && needs_hc(svc) && svc.spec.health_check_node_port != old.spec.health_check_node_port {
+        e.forbidden("spec.healthCheckNodePort", "field is immutable");
+    }
+    service_errs(&mut e, svc, true);
+    e.finish()
+}
+
+/// `validateUpgradeDowngradeClusterIPs`.
+fn upgrade_downgrade_cluster_ips(e: &mut Errs, svc: &Service, old: &Service) {
+    let external = |s: &Service| s.spec.type_.as_deref() == Some("ExternalName");
+    let headless = |s: &Service| s.spec.cluster_ip.as_deref() == Some("None");
+    if external(svc) || external(old) || (headless(svc) && headless(old)) {
+        return;
+    }
+    let (new, was) = (&svc.spec.cluster_ips, &old.spec.cluster_ips);
+    let value = q_list(new);
+    if new.len() == was.len() {
+        for (i, (n, w)) in new.iter().zip(was).enumerate() {
+            if n != w {
+                e.invalid(&format!("spec.clusterIPs[{i}]"), &value, "may not change once set");
+            }
+        }
+    } else if was.len() > new.len() {
+        if new.is_empty() {
+            e.invalid("spec.clusterIPs[0]", &value, "primary clusterIP can not be unset");
+        }
+        if !was.is_empty() && !new.is_empty() && new[0] != was[0] {
+            e.invalid("spec.clusterIPs[0]", &value, "may not change once set");
+        }
+        if new.len() == 1 && svc.spec.ip_family_policy.as_deref() != Some("SingleStack") {
+            let policy = svc.spec.ip_family_policy.as_deref().map_or("null".to_string(), q);
+            e.invalid(
+                "spec.ipFamilyPolicy",
+                policy,
+                "must be set to 'SingleStack' when releasing the secondary clusterIP",
+            );
+        }
+    } else if !was.is_empty() && new[0] != was[0] {
+        e.invalid("spec.clusterIPs[0]", &value, "may not change once set");
+    }
+}
+
+fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
     let spec = &svc.spec;
-    e.meta(&svc.metadata, service_name);
+    // An update does not validate the name again.
+    e.meta(&svc.metadata, if is_update { |_: &str| Vec::new() } else { service_name });
     let ty = spec.type_.as_deref().unwrap_or("");
     let headless = spec.cluster_ip.as_deref() == Some("None");
     if spec.ports.is_empty() && !headless && ty != "ExternalName" {
         e.required("spec.ports", "");
     }
     match ty {
-        "LoadBalancer" | "NodePort" => {
-            if headless {
-                e.invalid_str("spec.clusterIPs[0]", "None", &format!("may not be set to 'None' for {ty} services"));
-            }
-            if ty == "LoadBalancer" {
-                for (i, p) in spec.ports.iter().enumerate() {
-                    if p.port == KUBELET_PORT {
-                        e.invalid(
-                            &format!("spec.ports[{i}]"),
-                            p.port,
-                            "may not expose port 10250 externally since it is used by kubelet",
-                        );
-                    }
-                }
-            }
+        "LoadBalancer" | "NodePort" if headless => {
+            e.invalid_str("spec.clusterIPs[0]", "None", &format!("may not be set to 'None' for {ty} services"));
         }
         "ExternalName" => {
             if !spec.cluster_ips.is_empty() {
@@ -293,7 +334,7 @@ pub fn validate_service(svc: &Service) -> Result<(), ApiError> {
         Some(s) => e.unsupported("spec.sessionAffinity", s, &["ClientIP", "None"]),
     }
 
-    cluster_ips_related(&mut e, svc);
+    cluster_ips_related(e, svc);
 
     for (i, ip) in spec.external_ips.iter().enumerate() {
         e.non_special_ip(&format!("spec.externalIPs[{i}]"), ip);
@@ -412,7 +453,6 @@ pub fn validate_service(svc: &Service) -> Result<(), ApiError> {
             }
         }
     }
-    e.finish()
 }
 
 /// `ValidateServiceClusterIPsRelatedFields`.
@@ -982,10 +1022,9 @@ mod tests {
         // Not validated by the API server: accepted and stored.
         s.spec.load_balancer_ip = Some("198.18.0.300".into());
         ok(&s);
+        // 1.36 no longer refuses the kubelet's port on a LoadBalancer.
         s.spec.ports[0].port = 10250;
-        assert!(err(&s).contains(
-            "spec.ports[0]: Invalid value: 10250: may not expose port 10250 externally since it is used by kubelet"
-        ));
+        ok(&s);
     }
 
     #[test]

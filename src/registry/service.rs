@@ -36,7 +36,7 @@ use super::{Held, Registry, Taken};
 use crate::alloc::AllocError;
 use crate::model::names;
 use crate::model::strategy::prepare_service;
-use crate::model::validate::{validate_service, Errs};
+use crate::model::validate::{validate_service, validate_service_update, Errs};
 use crate::model::{ApiError, Protocol, Reason, Service, ServiceType};
 
 const SINGLE: &str = "SingleStack";
@@ -104,7 +104,10 @@ impl Registry {
                 p.node_port = None;
             }
         }
-        validate_service(svc)?;
+        match old {
+            Some(o) => validate_service_update(svc, o)?,
+            None => validate_service(svc)?,
+        }
         let mut held = Held::default();
         if svc.service_type() == ServiceType::ExternalName {
             svc.spec.cluster_ip = None;

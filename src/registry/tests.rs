@@ -1242,3 +1242,29 @@ fn slice_ports_a_node_cannot_use_are_stored_and_skipped() {
     assert!(b[0].backends.is_empty(), "{b:?}");
     assert_eq!(b[1].backends.len(), 1);
 }
+
+#[test]
+fn update_rules_health_check_immutable_and_secondary_release() {
+    let mut r = Registry::with_seed(range(), &dual(), 4);
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    let mut moved = lb.clone();
+    moved.spec.health_check_node_port = Some(31999);
+    assert_eq!(
+        r.apply_service(moved, &stamp()).unwrap_err().message,
+        "Service \"lb\" is invalid: spec.healthCheckNodePort: Forbidden: field is immutable"
+    );
+    assert!(!r.node_ports.is_allocated(31999));
+    let (_, d) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "d"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let mut one = d.clone();
+    one.spec.cluster_ips.truncate(1);
+    one.spec.ip_families.truncate(1);
+    assert_eq!(
+        r.apply_service(one, &stamp()).unwrap_err().message,
+        "Service \"d\" is invalid: spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP"
+    );
+}
