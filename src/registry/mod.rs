@@ -120,6 +120,9 @@ pub struct Registry {
     /// The first address of the primary service CIDR, held for `default/kubernetes`
     /// (docs/extensions.md): never handed to another Service, never released.
     reserved: Option<IpAddr>,
+    /// A Service other than `default/kubernetes` that was stored holding the reserved
+    /// address before the reservation existed: it keeps it until it lets it go.
+    reserved_holder: Option<Key>,
 }
 
 impl Registry {
@@ -159,13 +162,14 @@ impl Registry {
             problems: Vec::new(),
             resource_version: 0,
             reserved,
+            reserved_holder: None,
         }
     }
 
     /// What a Service holds, with the reserved address for `default/kubernetes`.
     fn held_by(&self, key: &Key) -> Held {
         let mut h = self.held.get(key).cloned().unwrap_or_default();
-        if let Some(ip) = self.reserved.filter(|_| is_kubernetes(key)) {
+        if let Some(ip) = self.reserved.filter(|_| is_kubernetes(key) && self.reserved_holder.is_none()) {
             h.ips.insert(ip);
         }
         h
@@ -234,8 +238,14 @@ impl Registry {
                 }
                 let field = format!("spec.clusterIPs[{i}]");
                 let problem = match s.parse::<IpAddr>() {
-                    Ok(ip) if Some(ip) == reg.reserved && is_kubernetes(&key) => {
+                    // The reserved address: `default/kubernetes`'s, or kept by the
+                    // first other Service stored with it (it predates the reservation).
+                    Ok(ip) if Some(ip) == reg.reserved && !ip_owner.contains_key(&ip) => {
+                        if !is_kubernetes(&key) {
+                            reg.reserved_holder = Some(key.clone());
+                        }
                         held.ips.insert(ip);
+                        ip_owner.insert(ip, who.clone());
                         None
                     }
                     Err(_) => Some(format!("service {who}: {field} {s} is not an IP address")),
@@ -500,6 +510,8 @@ impl Registry {
         }
         for ip in old.ips.difference(&new.ips) {
             if Some(*ip) == self.reserved {
+                // Only its holder can let it go; it stays reserved.
+                self.reserved_holder = None;
                 continue;
             }
             for a in &mut self.cluster_ips {

@@ -1143,6 +1143,21 @@ fn first_address_is_reserved_for_default_kubernetes() {
     assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, [first].into());
     r.delete_service("default", "kubernetes").unwrap();
     assert!(r.cluster_ips[0].is_allocated(first));
+
+    // A Service stored with the address before the reservation existed keeps it, and
+    // it is reserved again once that Service lets it go.
+    let mut old = svc(json!({"metadata": {"name": "old", "namespace": "apps"},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "ports": [{"port": 80}]}}));
+    old.spec.type_ = Some("ClusterIP".into());
+    let (mut r3, problems) = Registry::restore(range(), &v4(), vec![old], vec![]);
+    assert!(problems.is_empty(), "{problems:?}");
+    let k = svc(json!({"metadata": {"name": "kubernetes"}, "spec": {"ports": [{"port": 443}]}}));
+    let (_, k3) = r3.apply_service(k, &stamp()).unwrap();
+    assert_ne!(k3.spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    r3.delete_service("apps", "old").unwrap();
+    assert!(r3.cluster_ips[0].is_allocated(first));
+    let taken = svc(json!({"metadata": {"name": "new"}, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}));
+    assert_eq!(r3.apply_service(taken, &stamp()).unwrap_err().reason, Reason::AlreadyAllocated);
 }
 
 #[test]
