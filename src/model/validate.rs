@@ -161,11 +161,12 @@ fn subdomain(s: &str) -> Vec<String> {
     names::dns1123_subdomain(s).err().into_iter().collect()
 }
 
-/// The Go value the API server prints for a duplicate service port (`%#v` of its
-/// internal `core.ServicePort` key, which carries only the protocol and port).
+/// The value the API server prints for a duplicate service port: the JSON of its
+/// internal `core.ServicePort` key, which carries only the protocol and port
+/// (apimachinery prints non-scalar values as JSON).
 fn go_port_key(port: i64, proto: &str) -> String {
     format!(
-        "core.ServicePort{{Name:\"\", Protocol:{}, AppProtocol:(*string)(nil), Port:{port}, TargetPort:intstr.IntOrString{{Type:0, IntVal:0, StrVal:\"\"}}, NodePort:0}}",
+        "{{\"Name\":\"\",\"Protocol\":{},\"AppProtocol\":null,\"Port\":{port},\"TargetPort\":0,\"NodePort\":0}}",
         q(proto)
     )
 }
@@ -782,7 +783,7 @@ mod tests {
         s.spec.ports = vec![port("a", 53), port("b", 53)];
         assert_eq!(
             err(&s),
-            "Service \"dns\" is invalid: spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:53, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}"
+            "Service \"dns\" is invalid: spec.ports[1]: Duplicate value: {\"Name\":\"\",\"Protocol\":\"TCP\",\"AppProtocol\":null,\"Port\":53,\"TargetPort\":0,\"NodePort\":0}"
         );
         s.spec.ports[1].protocol = Some("UDP".into());
         ok(&s);
