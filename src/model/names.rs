@@ -72,24 +72,34 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// IANA_SVC_NAME (RFC 6335): a named `targetPort`.
-pub fn iana_svc_name(s: &str) -> Result<(), String> {
+/// IANA_SVC_NAME (RFC 6335): a named `targetPort`. Every message that applies, as
+/// apimachinery's `IsValidPortName` lists them.
+pub fn iana_svc_name_all(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(e) = max_len(s, 15) {
-        return Err(e);
+        out.push(e);
     }
     if !s.bytes().all(|c| lower_alnum(c) || c == b'-') {
-        return Err("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+        out.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
     }
     if !s.bytes().any(|c| c.is_ascii_lowercase()) {
-        return Err("must contain at least one letter (a-z)".to_string());
+        out.push("must contain at least one letter (a-z)".to_string());
     }
     if s.contains("--") {
-        return Err("must not contain consecutive hyphens".to_string());
+        out.push("must not contain consecutive hyphens".to_string());
     }
     if s.starts_with('-') || s.ends_with('-') {
-        return Err("must not begin or end with a hyphen".to_string());
+        out.push("must not begin or end with a hyphen".to_string());
     }
-    Ok(())
+    out
+}
+
+/// The first message of [`iana_svc_name_all`].
+pub fn iana_svc_name(s: &str) -> Result<(), String> {
+    match iana_svc_name_all(s).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// A label-style qualified name (`example.com/name` or `name`), as `loadBalancerClass` takes.

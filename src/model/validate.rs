@@ -291,7 +291,7 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
             None => {}
             Some(IntOrString::Int(t)) => e.port_number(&f("targetPort"), *t),
             Some(IntOrString::Str(s)) => {
-                if let Err(m) = names::iana_svc_name(s) {
+                for m in names::iana_svc_name_all(s) {
                     e.invalid_str(&f("targetPort"), s, &m);
                 }
             }

@@ -436,7 +436,10 @@ impl Registry {
     pub fn apply_service(&mut self, mut svc: Service, stamp: &Stamp) -> Result<(Action, Service), ApiError> {
         meta::default_namespace(&mut svc.metadata);
         if svc.metadata.name.is_empty() {
-            return Err(ApiError::required("Service", "", "metadata.name"));
+            return Err(ApiError::new(
+                crate::model::Reason::Invalid,
+                "Service \"\" is invalid: metadata.name: Required value: name or generateName is required",
+            ));
         }
         svc.kind = Some("Service".into());
         svc.api_version = Some("v1".into());

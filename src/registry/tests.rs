@@ -1283,3 +1283,10 @@ fn update_rules_health_check_immutable_and_secondary_release() {
         "Service \"d\" is invalid: spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP"
     );
 }
+
+#[test]
+fn a_service_without_a_name_reads_like_the_api_server() {
+    let mut r = reg();
+    let e = r.apply_service(svc(json!({"spec": {"ports": [{"port": 80}]}})), &stamp()).unwrap_err();
+    assert_eq!(e.message, "Service \"\" is invalid: metadata.name: Required value: name or generateName is required");
+}
