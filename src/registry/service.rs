@@ -136,15 +136,8 @@ impl Registry {
         let old = old.filter(|o| o.service_type() != ServiceType::ExternalName);
         let old_ips = old.map(carried_ips).unwrap_or_default();
 
-        if let (Some(ip), Some(first)) = (svc.spec.cluster_ip.as_deref(), svc.spec.cluster_ips.first()) {
-            if !ip.is_empty() && ip != first {
-                return Err(invalid(
-                    "spec.clusterIPs",
-                    &json_list(&svc.spec.cluster_ips),
-                    "first value must match `clusterIP`",
-                ));
-            }
-        }
+        // Validation has checked that `clusterIP` and `clusterIPs` agree and that an update
+        // changes no address the Service holds (`validateUpgradeDowngradeClusterIPs`).
         // As the API server does: an update without `clusterIPs` whose `clusterIP` is
         // absent or the stored primary keeps all stored IPs (the secondary included).
         let inherit = svc.spec.cluster_ips.is_empty()
@@ -155,11 +148,6 @@ impl Registry {
                 .as_deref()
                 .is_none_or(|c| c.is_empty() || Some(c) == old_ips.first().map(String::as_str));
         let req = if inherit { old_ips.clone() } else { carried_ips(svc) };
-        for (i, (new, was)) in req.iter().zip(&old_ips).enumerate() {
-            if new != was {
-                return Err(invalid(&format!("spec.clusterIPs[{i}]"), &json_list(&req), "may not change once set"));
-            }
-        }
 
         // Validation has checked the families and the IPs' syntax.
         let given_families: Vec<String> = svc.spec.ip_families.clone();
