@@ -284,3 +284,33 @@ fn sighup_applies_a_valid_config_and_refuses_one_that_strands_a_port() {
     let svc = d.json(&["get", "svc", "minio", "-o", "json"]);
     assert_eq!(svc["spec"]["ports"][0]["nodePort"], 30009, "{svc}");
 }
+
+#[test]
+fn get_edit_apply_round_trip_and_several_errors_like_the_api_server() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let web = kubectl_service("nodeport", "web", "80:8080").to_string();
+    d.ok(&["apply", "-f", "-"], Some(&web));
+    assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["dynamic"]["used"], 1);
+    // `get -o json | edit type | apply`: the nodePort it still carries is dropped and freed.
+    let mut got = d.json(&["get", "svc", "web", "-o", "json"]);
+    if got["kind"] == "List" {
+        got = got["items"][0].clone();
+    }
+    assert!(got["spec"]["ports"][0]["nodePort"].as_u64().is_some(), "{got}");
+    got["spec"]["type"] = json!("ClusterIP");
+    assert_eq!(d.ok(&["apply", "-f", "-"], Some(&got.to_string())).trim(), "service/default/web configured");
+    let stored = d.json(&["get", "svc", "web", "-o", "json"]);
+    assert!(!stored.to_string().contains("nodePort\""), "{stored}");
+    assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["dynamic"]["used"], 0);
+
+    // Several errors in one object come back as one list, nothing stored.
+    let raw = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"service.apply\",\"params\":{\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"two\"},\"spec\":{\"clusterIPs\":[\"10.96.0.50\"],\"ports\":[{\"port\":80,\"protocol\":\"ICMP\"}]}}}}\n";
+    let r = rpc(&d.socket, raw);
+    assert_eq!(r[0]["error"]["data"]["reason"], "Invalid", "{r:?}");
+    assert_eq!(
+        r[0]["error"]["message"],
+        "Service \"two\" is invalid: [spec.ports[0].protocol: Unsupported value: \"ICMP\": supported values: \"SCTP\", \"TCP\", \"UDP\", spec.clusterIPs: Invalid value: [\"10.96.0.50\"]: must be empty when `clusterIP` is not specified]"
+    );
+    assert!(d.fails(&["get", "svc", "two"], None).contains("not found"));
+}

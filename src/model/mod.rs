@@ -7,6 +7,7 @@
 pub mod error;
 pub mod names;
 pub mod parse;
+pub mod strategy;
 pub mod validate;
 
 use std::collections::BTreeMap;

@@ -37,15 +37,28 @@ pub fn dns1035_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// RFC 1123 label: namespaces, port names, hostnames.
-pub fn dns1123_label(s: &str) -> Result<(), String> {
+/// RFC 1123 label: Service names (since the API server's relaxed service name
+/// validation), namespaces, port names, hostnames. Like apimachinery's
+/// `IsDNS1123Label`, a valid subdomain that is not a label gets "must not contain dots".
+/// Every message applies, so this returns them all (the API server lists each).
+pub fn dns1123_label_all(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(e) = max_len(s, 63) {
-        return Err(e);
+        out.push(e);
     }
     if !label_chars_ok(s) {
-        return Err(DNS1123_LABEL_ERR.to_string());
+        let subdomain = !s.is_empty() && s.split('.').all(label_chars_ok);
+        out.push(if subdomain { "must not contain dots".to_string() } else { DNS1123_LABEL_ERR.to_string() });
     }
-    Ok(())
+    out
+}
+
+/// The first message of [`dns1123_label_all`].
+pub fn dns1123_label(s: &str) -> Result<(), String> {
+    match dns1123_label_all(s).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// RFC 1123 subdomain: Endpoints/EndpointSlice names, node names, externalName.
@@ -59,24 +72,34 @@ pub fn dns1123_subdomain(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// IANA_SVC_NAME (RFC 6335): a named `targetPort`.
-pub fn iana_svc_name(s: &str) -> Result<(), String> {
+/// IANA_SVC_NAME (RFC 6335): a named `targetPort`. Every message that applies, as
+/// apimachinery's `IsValidPortName` lists them.
+pub fn iana_svc_name_all(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
     if let Some(e) = max_len(s, 15) {
-        return Err(e);
+        out.push(e);
     }
     if !s.bytes().all(|c| lower_alnum(c) || c == b'-') {
-        return Err("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
+        out.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string());
     }
     if !s.bytes().any(|c| c.is_ascii_lowercase()) {
-        return Err("must contain at least one letter (a-z)".to_string());
+        out.push("must contain at least one letter (a-z)".to_string());
     }
     if s.contains("--") {
-        return Err("must not contain consecutive hyphens".to_string());
+        out.push("must not contain consecutive hyphens".to_string());
     }
     if s.starts_with('-') || s.ends_with('-') {
-        return Err("must not begin or end with a hyphen".to_string());
+        out.push("must not begin or end with a hyphen".to_string());
     }
-    Ok(())
+    out
+}
+
+/// The first message of [`iana_svc_name_all`].
+pub fn iana_svc_name(s: &str) -> Result<(), String> {
+    match iana_svc_name_all(s).into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// A label-style qualified name (`example.com/name` or `name`), as `loadBalancerClass` takes.
@@ -172,7 +195,12 @@ mod tests {
     #[test]
     fn dns1123_label_allows_leading_digit() {
         assert!(dns1123_label("5432-5432").is_ok());
-        assert!(dns1123_label("-a").unwrap_err().contains("RFC 1123 label"));
+        assert!(dns1123_label("1web").is_ok());
+        assert_eq!(dns1123_label("-a").unwrap_err(), DNS1123_LABEL_ERR);
+        assert_eq!(dns1123_label("web.example").unwrap_err(), "must not contain dots");
+        assert_eq!(dns1123_label("Web").unwrap_err(), DNS1123_LABEL_ERR);
+        let long = format!("{}-", "a".repeat(64));
+        assert_eq!(dns1123_label_all(&long), ["must be no more than 63 characters", DNS1123_LABEL_ERR]);
     }
 
     #[test]

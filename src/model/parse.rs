@@ -4,7 +4,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::validate::{q, validate_endpoint_slice, validate_endpoints, validate_service};
+use super::validate::{q, validate_endpoint_slice, validate_endpoints, validate_service_create};
 use super::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Reason, Service};
 
 /// Any object nodeportd stores.
@@ -41,9 +41,13 @@ impl AnyObject {
             AnyObject::EndpointSlice(o) => &o.metadata,
         }
     }
+    /// Validates an Endpoints or EndpointSlice. A Service passes here: like the API
+    /// server, the registry validates it after defaulting it and dropping what an
+    /// update makes obsolete, which needs the stored object
+    /// ([`crate::model::strategy::prepare_service`]).
     pub fn validate(&self) -> Result<(), ApiError> {
         match self {
-            AnyObject::Service(o) => validate_service(o),
+            AnyObject::Service(_) => Ok(()),
             AnyObject::Endpoints(o) => validate_endpoints(o),
             AnyObject::EndpointSlice(o) => validate_endpoint_slice(o),
         }
@@ -109,11 +113,15 @@ pub fn parse_object(value: Value) -> Result<Vec<AnyObject>, ApiError> {
         .collect()
 }
 
-/// [`parse_object`] followed by validation of every object; fails on the first error.
+/// [`parse_object`] followed by validation of every object (a Service as a create
+/// would validate it); fails on the first object with errors.
 pub fn parse_and_validate(value: Value) -> Result<Vec<AnyObject>, ApiError> {
     let objs = parse_object(value)?;
     for o in &objs {
-        o.validate()?;
+        match o {
+            AnyObject::Service(s) => validate_service_create(s)?,
+            _ => o.validate()?,
+        }
     }
     Ok(objs)
 }
@@ -290,7 +298,7 @@ mod tests {
             {"kind": "Service", "apiVersion": "v1", "metadata": {"name": "bad"}, "spec": {"ports": [{"port": 0}]}}
         ]}))
         .unwrap_err();
-        assert!(e.message.contains("Service \"bad\" is invalid: spec.ports[0].port: Invalid value: 0"), "{e}");
+        assert!(e.message.contains("Service \"bad\" is invalid: [spec.ports[0].port: Invalid value: 0"), "{e}");
     }
 
     #[test]

@@ -117,6 +117,12 @@ pub struct Registry {
     slices_of: BTreeMap<Key, BTreeSet<String>>,
     problems: Vec<(Key, String)>,
     resource_version: u64,
+    /// The first address of the primary service CIDR, held for `default/kubernetes`
+    /// (docs/extensions.md): never handed to another Service, never released.
+    reserved: Option<IpAddr>,
+    /// A Service other than `default/kubernetes` that was stored holding the reserved
+    /// address before the reservation existed: it keeps it until it lets it go.
+    reserved_holder: Option<Key>,
 }
 
 impl Registry {
@@ -136,9 +142,18 @@ impl Registry {
         };
         let mut cidrs = cidrs.to_vec();
         cidrs.sort_by_key(|n| n.max_prefix_len());
+        let mut cluster_ips: Vec<IpAllocator> =
+            cidrs.iter().enumerate().map(|(i, n)| IpAllocator::new(*n, rng(i as u64 + 1))).collect();
+        let reserved = cluster_ips.first_mut().and_then(|a| {
+            let first = match a.net() {
+                IpNet::V4(n) => IpAddr::V4(std::net::Ipv4Addr::from(u32::from(n.network()).wrapping_add(1))),
+                IpNet::V6(n) => IpAddr::V6(std::net::Ipv6Addr::from(u128::from(n.network()).wrapping_add(1))),
+            };
+            a.allocate(first).ok().map(|()| first)
+        });
         Registry {
             node_ports: PortAllocator::new(range, rng(0)),
-            cluster_ips: cidrs.iter().enumerate().map(|(i, n)| IpAllocator::new(*n, rng(i as u64 + 1))).collect(),
+            cluster_ips,
             services: BTreeMap::new(),
             held: BTreeMap::new(),
             endpoints: BTreeMap::new(),
@@ -146,7 +161,18 @@ impl Registry {
             slices_of: BTreeMap::new(),
             problems: Vec::new(),
             resource_version: 0,
+            reserved,
+            reserved_holder: None,
         }
+    }
+
+    /// What a Service holds, with the reserved address for `default/kubernetes`.
+    fn held_by(&self, key: &Key) -> Held {
+        let mut h = self.held.get(key).cloned().unwrap_or_default();
+        if let Some(ip) = self.reserved.filter(|_| is_kubernetes(key) && self.reserved_holder.is_none()) {
+            h.ips.insert(ip);
+        }
+        h
     }
 
     /// Rebuilds the registry from stored objects (daemon start, config reload).
@@ -212,6 +238,16 @@ impl Registry {
                 }
                 let field = format!("spec.clusterIPs[{i}]");
                 let problem = match s.parse::<IpAddr>() {
+                    // The reserved address: `default/kubernetes`'s, or kept by the
+                    // first other Service stored with it (it predates the reservation).
+                    Ok(ip) if Some(ip) == reg.reserved && !ip_owner.contains_key(&ip) => {
+                        if !is_kubernetes(&key) {
+                            reg.reserved_holder = Some(key.clone());
+                        }
+                        held.ips.insert(ip);
+                        ip_owner.insert(ip, who.clone());
+                        None
+                    }
                     Err(_) => Some(format!("service {who}: {field} {s} is not an IP address")),
                     Ok(ip) => match reg.cluster_ips.iter_mut().find(|a| a.is_ipv4() == ip.is_ipv4()) {
                         None => {
@@ -406,7 +442,10 @@ impl Registry {
     pub fn apply_service(&mut self, mut svc: Service, stamp: &Stamp) -> Result<(Action, Service), ApiError> {
         meta::default_namespace(&mut svc.metadata);
         if svc.metadata.name.is_empty() {
-            return Err(ApiError::required("Service", "", "metadata.name"));
+            return Err(ApiError::new(
+                crate::model::Reason::Invalid,
+                "Service \"\" is invalid: metadata.name: Required value: name or generateName is required",
+            ));
         }
         svc.kind = Some("Service".into());
         svc.api_version = Some("v1".into());
@@ -419,7 +458,7 @@ impl Registry {
             .map(|s| s.load_balancer.ingress.clone())
             .filter(|i| !i.is_empty() && svc.service_type() == ServiceType::LoadBalancer);
         let old = self.services.get(&key).cloned();
-        let prev = self.held.get(&key).cloned().unwrap_or_default();
+        let prev = self.held_by(&key);
         let mut taken = Taken::default();
         let held = match self.plan_service(&mut svc, old.as_ref(), &prev, &mut taken) {
             Ok(h) => h,
@@ -479,6 +518,11 @@ impl Registry {
             self.node_ports.release(*p);
         }
         for ip in old.ips.difference(&new.ips) {
+            if Some(*ip) == self.reserved {
+                // Only its holder can let it go; it stays reserved.
+                self.reserved_holder = None;
+                continue;
+            }
             for a in &mut self.cluster_ips {
                 a.release(*ip);
             }
@@ -577,6 +621,10 @@ impl Registry {
                 .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
         }
     }
+}
+
+fn is_kubernetes(key: &Key) -> bool {
+    key.0 == "default" && key.1 == "kubernetes"
 }
 
 fn key_of(svc: &Service) -> Key {

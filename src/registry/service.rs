@@ -1,31 +1,45 @@
-//! Allocation semantics of a Service apply, following the Kubernetes API server:
+//! Allocation semantics of a Service apply, following the Kubernetes 1.36 API server's
+//! service REST storage, in its order:
+//!
+//! 1. Defaults, and on an update the values the request omits patched in from the
+//!    stored object, then the values the new type or policy makes obsolete dropped
+//!    ([`crate::model::strategy::prepare_service`]).
+//! 2. Validation ([`crate::model::validate::validate_service`]), every error listed.
+//! 3. Allocation and release in one step: everything the Service holds afterwards is
+//!    taken (recorded in `Taken`, so the caller can undo a failed request), and what it
+//!    no longer holds is freed only when the request succeeds.
 //!
 //! * A `nodePort`, `healthCheckNodePort` or `clusterIP(s)` present on the applied object
-//!   is a *static* request: honoured anywhere in the range, or refused.
+//!   is a *static* request: honoured anywhere in the range, or refused. `0` means
+//!   "allocate one".
 //! * An update that omits them keeps what the stored object holds (node ports are
-//!   matched by port name, or by port number and protocol for unnamed ports); naming a
-//!   different nodePort moves it (the old one is released only after success).
+//!   matched by port name, the empty name for an unnamed port, so a single unnamed port
+//!   keeps its nodePort when its number changes); naming a different nodePort moves it.
 //! * Ports with the same `port` number and different protocols share one nodePort.
 //! * Type `ClusterIP` and `ExternalName` hold no node ports (a type change releases
 //!   them); `ExternalName` holds no cluster IP either. `healthCheckNodePort` exists for
 //!   `LoadBalancer` with `externalTrafficPolicy: Local`. `allocateLoadBalancerNodePorts:
-//!   false` gives a LoadBalancer no new dynamic node ports (named or kept ones stay).
-//! * `clusterIPs` follow `ipFamilyPolicy` (SingleStack by default) and `ipFamilies`
-//!   (the first configured family by default); `None` is headless. Once set they may
-//!   not change, except that a dual-stack policy can add the second family and going
-//!   back to SingleStack drops it.
-//!
-//! Every value taken is recorded in `Taken` so the caller can undo a failed request.
+//!   false` gives a LoadBalancer no dynamic node ports: ports that do not name one have
+//!   none (an update turning it off frees them).
+//! * `clusterIPs` follow `ipFamilyPolicy` (the stored one on an update, else
+//!   SingleStack, else RequireDualStack for a headless Service without selector) and
+//!   `ipFamilies` (the first configured family by default). Once set they may not
+//!   change, except that a dual-stack policy can add the second family and going back
+//!   to SingleStack drops it.
+//! * The first address of the primary service CIDR is reserved for `default/kubernetes`
+//!   (docs/extensions.md).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::{Held, Registry, Taken};
 use crate::alloc::AllocError;
-use crate::model::{ApiError, IntOrString, Protocol, Reason, Service, ServicePort, ServiceType};
+use crate::model::names;
+use crate::model::strategy::prepare_service;
+use crate::model::validate::{validate_service, validate_service_update, Errs};
+use crate::model::{ApiError, Protocol, Reason, Service, ServiceType};
 
 const SINGLE: &str = "SingleStack";
-const PREFER: &str = "PreferDualStack";
 const REQUIRE: &str = "RequireDualStack";
 
 /// The node port fields an object carries, with their field paths.
@@ -59,45 +73,6 @@ fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
-fn forbidden(name: &str, field: &str, detail: &str) -> ApiError {
-    ApiError::new(Reason::Invalid, format!("Service \"{name}\" is invalid: {field}: Forbidden: {detail}"))
-}
-
-/// Defaults the API server fills in, so objects read back look like Kubernetes'.
-fn apply_defaults(svc: &mut Service) {
-    let ty = svc.service_type();
-    for p in &mut svc.spec.ports {
-        if p.protocol.is_none() {
-            p.protocol = Some("TCP".into());
-        }
-        if p.target_port.is_none() && ty != ServiceType::ExternalName {
-            p.target_port = Some(IntOrString::Int(p.port));
-        }
-    }
-    if svc.spec.session_affinity.is_none() {
-        svc.spec.session_affinity = Some("None".into());
-    }
-    if ty == ServiceType::ExternalName {
-        return;
-    }
-    if svc.spec.internal_traffic_policy.is_none() {
-        svc.spec.internal_traffic_policy = Some("Cluster".into());
-    }
-    if matches!(ty, ServiceType::NodePort | ServiceType::LoadBalancer) && svc.spec.external_traffic_policy.is_none() {
-        svc.spec.external_traffic_policy = Some("Cluster".into());
-    }
-}
-
-/// The stored port an unchanged port of an update corresponds to.
-fn match_old<'a>(old: &'a [ServicePort], p: &ServicePort) -> Option<&'a ServicePort> {
-    match p.name.as_deref().filter(|n| !n.is_empty()) {
-        Some(n) => old.iter().find(|o| o.name.as_deref() == Some(n)),
-        None => old
-            .iter()
-            .find(|o| o.name.as_deref().is_none_or(str::is_empty) && o.port == p.port && o.proto() == p.proto()),
-    }
-}
-
 /// Cluster IPs an object carries: `clusterIPs`, else `clusterIP`.
 fn carried_ips(svc: &Service) -> Vec<String> {
     if !svc.spec.cluster_ips.is_empty() {
@@ -114,20 +89,27 @@ impl Registry {
         prev: &Held,
         taken: &mut Taken,
     ) -> Result<Held, ApiError> {
-        apply_defaults(svc);
+        // Which node ports the request itself names (0 means "allocate").
+        let asked: Vec<bool> = svc.spec.ports.iter().map(|p| p.node_port.is_some_and(|n| n != 0)).collect();
+        let asked_hc = svc.spec.health_check_node_port.is_some_and(|n| n != 0);
+        prepare_service(svc, old);
+        let lost = |v: i64| u16::try_from(v).map_or(true, |v| !prev.ports.contains(&v));
+        if !asked_hc && svc.spec.health_check_node_port.is_some_and(lost) {
+            svc.spec.health_check_node_port = None;
+        }
+        // A value patched in from the stored object that this Service no longer holds
+        // (lost to a conflict at restore) is allocated anew, not contested.
+        for (p, asked) in svc.spec.ports.iter_mut().zip(asked) {
+            if !asked && p.node_port.is_some_and(lost) {
+                p.node_port = None;
+            }
+        }
+        match old {
+            Some(o) => validate_service_update(svc, o)?,
+            None => validate_service(svc)?,
+        }
         let mut held = Held::default();
         if svc.service_type() == ServiceType::ExternalName {
-            let req = carried_ips(svc);
-            let old_ips = old.map(carried_ips).unwrap_or_default();
-            if !req.is_empty() && req != old_ips {
-                return Err(ApiError::invalid(
-                    "Service",
-                    svc.name(),
-                    "spec.clusterIPs",
-                    json_list(&req),
-                    "must be empty when `type` is 'ExternalName'",
-                ));
-            }
             svc.spec.cluster_ip = None;
             svc.spec.cluster_ips.clear();
             svc.spec.ip_families.clear();
@@ -135,8 +117,8 @@ impl Registry {
         } else {
             self.plan_cluster_ips(svc, old, prev, taken, &mut held)?;
         }
-        self.plan_node_ports(svc, old, prev, taken, &mut held)?;
-        self.plan_health_check(svc, old, prev, taken, &mut held)?;
+        self.plan_node_ports(svc, prev, taken, &mut held)?;
+        self.plan_health_check(svc, prev, taken, &mut held)?;
         Ok(held)
     }
 
@@ -154,15 +136,8 @@ impl Registry {
         let old = old.filter(|o| o.service_type() != ServiceType::ExternalName);
         let old_ips = old.map(carried_ips).unwrap_or_default();
 
-        if let (Some(ip), Some(first)) = (svc.spec.cluster_ip.as_deref(), svc.spec.cluster_ips.first()) {
-            if !ip.is_empty() && ip != first {
-                return Err(invalid(
-                    "spec.clusterIPs",
-                    &json_list(&svc.spec.cluster_ips),
-                    "first value must match `clusterIP`",
-                ));
-            }
-        }
+        // Validation has checked that `clusterIP` and `clusterIPs` agree and that an update
+        // changes no address the Service holds (`validateUpgradeDowngradeClusterIPs`).
         // As the API server does: an update without `clusterIPs` whose `clusterIP` is
         // absent or the stored primary keeps all stored IPs (the secondary included).
         let inherit = svc.spec.cluster_ips.is_empty()
@@ -173,132 +148,112 @@ impl Registry {
                 .as_deref()
                 .is_none_or(|c| c.is_empty() || Some(c) == old_ips.first().map(String::as_str));
         let req = if inherit { old_ips.clone() } else { carried_ips(svc) };
-        for (i, (new, was)) in req.iter().zip(&old_ips).enumerate() {
-            if new != was {
-                return Err(invalid(&format!("spec.clusterIPs[{i}]"), &json_list(&req), "may not change once set"));
-            }
-        }
 
+        // Validation has checked the families and the IPs' syntax.
         let given_families: Vec<String> = svc.spec.ip_families.clone();
-        let mut fams: Vec<bool> = Vec::new();
-        for (i, f) in given_families.iter().enumerate() {
-            let v4 = match f.as_str() {
-                "IPv4" => true,
-                "IPv6" => false,
-                _ => {
-                    return Err(ApiError::unsupported(
-                        "Service",
-                        &name,
-                        &format!("spec.ipFamilies[{i}]"),
-                        quoted(f),
-                        &["IPv4", "IPv6"],
-                    ))
-                }
-            };
-            if fams.contains(&v4) {
-                return Err(ApiError::new(
-                    Reason::Invalid,
-                    format!("Service \"{name}\" is invalid: spec.ipFamilies[{i}]: Duplicate value: {}", quoted(f)),
-                ));
-            }
-            fams.push(v4);
-        }
-
+        let mut fams: Vec<bool> = given_families.iter().map(|f| f == "IPv4").collect();
         let headless = req.first().map(String::as_str) == Some("None")
             || (req.is_empty() && old_ips.first().map(String::as_str) == Some("None"));
         let mut ips: Vec<IpAddr> = Vec::new();
         if !headless {
             let source = if req.is_empty() { &old_ips } else { &req };
             for (i, s) in source.iter().enumerate() {
-                let ip: IpAddr = s
-                    .parse()
-                    .map_err(|_| invalid(&format!("spec.clusterIPs[{i}]"), &quoted(s), "must be a valid IP address"))?;
+                let ip: IpAddr =
+                    s.parse().map_err(|_| invalid(&format!("spec.clusterIPs[{i}]"), &quoted(s), names::IP_ERR))?;
                 ips.push(ip);
             }
         }
-        if ips.len() > 2 {
-            return Err(invalid("spec.clusterIPs", &json_list(&req), "may contain at most 2 IPs"));
-        }
-        if ips.len() == 2 && ips[0].is_ipv4() == ips[1].is_ipv4() {
-            return Err(invalid(
-                "spec.clusterIPs",
-                &json_list(&req),
-                "may specify no more than one IP for each IP family",
-            ));
-        }
-        if fams.is_empty() {
-            if !ips.is_empty() {
-                fams = ips.iter().map(IpAddr::is_ipv4).collect();
-            } else if let Some(o) = old.filter(|_| req.is_empty()) {
+        if fams.is_empty() && ips.is_empty() {
+            if let Some(o) = old.filter(|_| req.is_empty()) {
                 fams = o.spec.ip_families.iter().map(|f| f == "IPv4").collect();
             }
         }
-        for (i, ip) in ips.iter().enumerate() {
-            if let Some(&v4) = fams.get(i) {
-                if ip.is_ipv4() != v4 {
-                    return Err(invalid(
-                        &format!("spec.clusterIPs[{i}]"),
-                        &quoted(&ip.to_string()),
-                        &format!("expected an {} value as indicated by `ipFamilies[{i}]`", family_name(v4)),
-                    ));
-                }
-            }
-        }
-        let asked_two = given_families.len() == 2 || svc.spec.cluster_ips.len() == 2;
+        let selectorless = svc.spec.selector.as_ref().is_none_or(|s| s.is_empty());
+        // No policy given: the stored one on an update, else SingleStack, except that a
+        // headless Service without selector is dual-stack (`initIPFamilyFields`).
         let policy: String = match svc.spec.ip_family_policy.clone() {
             Some(p) => p,
-            None if asked_two => REQUIRE.into(),
-            None => old.and_then(|o| o.spec.ip_family_policy.clone()).unwrap_or_else(|| SINGLE.into()),
+            None => match old.and_then(|o| o.spec.ip_family_policy.clone()) {
+                Some(p) => p,
+                None if headless && selectorless => REQUIRE.into(),
+                None => SINGLE.into(),
+            },
         };
         let configured: Vec<bool> = self.cluster_ips.iter().map(|a| a.is_ipv4()).collect();
         let Some(&primary) = configured.first() else {
             return Err(ApiError::internal("no service CIDR is configured"));
         };
-        if fams.is_empty() {
-            fams.push(primary);
-        }
-        match policy.as_str() {
-            SINGLE => {
-                if asked_two {
-                    return Err(invalid(
-                        "spec.ipFamilyPolicy",
-                        &quoted(SINGLE),
-                        "must be RequireDualStack or PreferDualStack when multiple IPFamilies are specified",
-                    ));
-                }
-                // A downgrade from dual-stack keeps the primary family only.
-                fams.truncate(1);
-                ips.truncate(1);
-            }
-            PREFER | REQUIRE => {
-                if configured.len() < 2 && policy == REQUIRE {
-                    return Err(invalid(
-                        "spec.ipFamilyPolicy",
-                        &quoted(REQUIRE),
-                        "this cluster is not configured for dual-stack services",
-                    ));
-                }
-                if fams.len() == 1 && configured.len() == 2 {
-                    fams.push(!fams[0]);
-                }
-            }
-            other => {
-                return Err(ApiError::unsupported(
-                    "Service",
-                    &name,
+        let mut errs = Errs::new("Service", &name);
+        if policy == SINGLE {
+            if svc.spec.cluster_ips.len() == 2 {
+                errs.invalid(
                     "spec.ipFamilyPolicy",
-                    quoted(other),
-                    &[SINGLE, PREFER, REQUIRE],
-                ))
+                    quoted(SINGLE),
+                    "must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified",
+                );
+            }
+            if given_families.len() == 2 {
+                errs.invalid(
+                    "spec.ipFamilyPolicy",
+                    quoted(SINGLE),
+                    "must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified",
+                );
             }
         }
-        for (i, &v4) in fams.iter().enumerate() {
-            if !configured.contains(&v4) {
-                return Err(invalid(
-                    &format!("spec.ipFamilies[{i}]"),
-                    &quoted(family_name(v4)),
-                    "not configured on this cluster",
-                ));
+        // Families of the IPs given without one.
+        for (i, ip) in ips.iter().enumerate().skip(fams.len()) {
+            if configured.contains(&ip.is_ipv4()) {
+                fams.push(ip.is_ipv4());
+            } else {
+                errs.invalid(
+                    &format!("spec.clusterIPs[{i}]"),
+                    json_list(&svc.spec.cluster_ips),
+                    &format!("{} is not configured on this cluster", family_name(ip.is_ipv4())),
+                );
+            }
+        }
+        errs.finish()?;
+        let mut errs = Errs::new("Service", &name);
+        if headless && selectorless {
+            // Allowed on any cluster, dual-stack or not, as the API server allows it.
+            if fams.is_empty() {
+                fams.push(primary);
+            }
+            if fams.len() < 2 && policy != SINGLE {
+                fams.push(!fams[0]);
+            }
+        } else {
+            if policy == REQUIRE && configured.len() < 2 {
+                errs.invalid(
+                    "spec.ipFamilyPolicy",
+                    quoted(REQUIRE),
+                    "this cluster is not configured for dual-stack services",
+                );
+            }
+            for (i, &v4) in fams.iter().enumerate() {
+                if !configured.contains(&v4) {
+                    errs.invalid(
+                        &format!("spec.ipFamilies[{i}]"),
+                        quoted(family_name(v4)),
+                        "not configured on this cluster",
+                    );
+                }
+            }
+            errs.finish()?;
+            if fams.is_empty() {
+                fams.push(primary);
+            }
+            match policy.as_str() {
+                SINGLE => {
+                    // A downgrade from dual-stack keeps the primary family only.
+                    fams.truncate(1);
+                    ips.truncate(1);
+                }
+                _ => {
+                    if fams.len() == 1 && configured.len() == 2 {
+                        fams.push(!fams[0]);
+                    }
+                }
             }
         }
 
@@ -306,7 +261,10 @@ impl Registry {
         if headless {
             out.push("None".into());
         } else {
-            let shown: Vec<String> = ips.iter().map(ToString::to_string).collect();
+            // As the API server shows `clusterIPs` then: "" for a family still to allocate.
+            let shown: Vec<String> =
+                (0..fams.len()).map(|i| ips.get(i).map(ToString::to_string).unwrap_or_default()).collect();
+            let reserved = self.reserved.filter(|r| prev.ips.contains(r));
             for (i, &v4) in fams.iter().enumerate() {
                 let Some(a) = self.cluster_ips.iter_mut().find(|a| a.is_ipv4() == v4) else {
                     return Err(ApiError::internal(format!("no {} service CIDR", family_name(v4))));
@@ -316,11 +274,9 @@ impl Registry {
                     Some(&ip) => {
                         a.allocate(ip).map_err(|e| {
                             let why = match e {
-                                AllocError::AlreadyAllocated => "provided IP is already allocated".to_string(),
-                                _ => format!(
-                                    "the provided IP ({ip}) is not in the valid range. The range of valid IPs is {}",
-                                    a.net()
-                                ),
+                                AllocError::AlreadyAllocated => "provided IP is already allocated",
+                                // Outside the range, or its network or broadcast address.
+                                _ => "the provided network does not match the current range",
                             };
                             let mut err = invalid(
                                 "spec.clusterIPs",
@@ -335,9 +291,14 @@ impl Registry {
                         taken.ips.push(ip);
                         ip
                     }
+                    // `default/kubernetes` gets the address reserved for it.
+                    None if reserved.is_some_and(|r| r.is_ipv4() == v4) => reserved.unwrap_or(IpAddr::from([0; 4])),
                     None => {
                         let ip = a.allocate_next().map_err(|_| {
-                            ApiError::new(Reason::RangeFull, "failed to allocate a serviceIP: range is full")
+                            ApiError::new(
+                                Reason::RangeFull,
+                                format!("failed to allocate a serviceIP for Service {}: range is full", quoted(&name)),
+                            )
                         })?;
                         taken.ips.push(ip);
                         ip
@@ -403,29 +364,17 @@ impl Registry {
     fn plan_node_ports(
         &mut self,
         svc: &mut Service,
-        old: Option<&Service>,
         prev: &Held,
         taken: &mut Taken,
         held: &mut Held,
     ) -> Result<(), ApiError> {
         let name = svc.name().to_string();
         let ty = svc.service_type();
-        let old_ports: &[ServicePort] = old.map_or(&[], |o| &o.spec.ports);
         if !matches!(ty, ServiceType::NodePort | ServiceType::LoadBalancer) {
-            let ty_name = svc.spec.type_.clone().unwrap_or_else(|| "ClusterIP".into());
-            for (i, p) in svc.spec.ports.iter_mut().enumerate() {
-                if let Some(np) = p.node_port {
-                    // A type change that still carries the old node ports drops them,
-                    // as the API server does; a new value is an error.
-                    if match_old(old_ports, p).and_then(|o| o.node_port) != Some(np) {
-                        return Err(forbidden(
-                            &name,
-                            &format!("spec.ports[{i}].nodePort"),
-                            &format!("may not be used when `type` is '{ty_name}'"),
-                        ));
-                    }
-                    p.node_port = None;
-                }
+            // Validation refused node ports on ClusterIP (the strategy dropped unchanged
+            // ones); ExternalName holds none.
+            for p in &mut svc.spec.ports {
+                p.node_port = None;
             }
             return Ok(());
         }
@@ -455,24 +404,6 @@ impl Registry {
             used.insert(port, vec![proto]);
             held.ports.insert(port);
             *slot = Some(port);
-        }
-        // Then what an update keeps from the stored object. This holds with
-        // `allocateLoadBalancerNodePorts: false` too: like Kubernetes, turning it off
-        // does not take away node ports a Service already has.
-        for (i, slot) in assigned.iter_mut().enumerate() {
-            if slot.is_some() {
-                continue;
-            }
-            let p = &svc.spec.ports[i];
-            let kept = match_old(old_ports, p).and_then(|o| o.node_port).and_then(|v| u16::try_from(v).ok());
-            let Some(np) = kept.filter(|np| prev.ports.contains(np)) else { continue };
-            let protos = used.entry(np).or_default();
-            if protos.contains(&p.proto()) {
-                continue;
-            }
-            protos.push(p.proto());
-            held.ports.insert(np);
-            *slot = Some(np);
         }
         if wants_all {
             // Then new dynamic ones, shared between protocols of one port number.
@@ -504,47 +435,51 @@ impl Registry {
     fn plan_health_check(
         &mut self,
         svc: &mut Service,
-        old: Option<&Service>,
         prev: &Held,
         taken: &mut Taken,
         held: &mut Held,
     ) -> Result<(), ApiError> {
-        let name = svc.name().to_string();
-        let field = "spec.healthCheckNodePort";
-        let needed = svc.service_type() == ServiceType::LoadBalancer
-            && svc.spec.external_traffic_policy.as_deref() == Some("Local");
-        let old_hc = old.and_then(|o| o.spec.health_check_node_port);
-        if !needed {
-            if let Some(v) = svc.spec.health_check_node_port {
-                if Some(v) != old_hc {
-                    return Err(ApiError::invalid(
-                        "Service",
-                        &name,
-                        field,
-                        v,
-                        "may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'",
-                    ));
-                }
-            }
+        if !crate::model::strategy::needs_health_check(svc) {
+            // Validation refused a value here (the strategy dropped an unchanged one).
             svc.spec.health_check_node_port = None;
             return Ok(());
         }
+        // The API server words these as internal errors, without a field path.
+        let requested = |v: i64, why: &str, reason: Reason| {
+            ApiError::new(reason, format!("failed to allocate requested HealthCheck NodePort {v}: {why}"))
+        };
         let port = match svc.spec.health_check_node_port {
             Some(v) => {
-                if u16::try_from(v).is_ok_and(|p| held.ports.contains(&p)) {
-                    let mut e = ApiError::invalid("Service", &name, field, v, "provided port is already allocated");
-                    e.reason = Reason::AlreadyAllocated;
-                    return Err(e);
+                let range = self.node_ports.range();
+                let not_in_range = || {
+                    requested(
+                        v,
+                        &format!("provided port is not in the valid range. The range of valid ports is {range}"),
+                        Reason::Invalid,
+                    )
+                };
+                let p = u16::try_from(v).map_err(|_| not_in_range())?;
+                if held.ports.contains(&p) {
+                    return Err(requested(v, "provided port is already allocated", Reason::AlreadyAllocated));
                 }
-                self.claim_port(&name, field, v, prev, taken)?
+                if !prev.ports.contains(&p) {
+                    match self.node_ports.allocate(p) {
+                        Ok(()) => taken.ports.push(p),
+                        Err(AllocError::AlreadyAllocated) => {
+                            return Err(requested(v, "provided port is already allocated", Reason::AlreadyAllocated))
+                        }
+                        Err(_) => return Err(not_in_range()),
+                    }
+                }
+                p
             }
-            None => match old_hc
-                .and_then(|v| u16::try_from(v).ok())
-                .filter(|p| prev.ports.contains(p) && !held.ports.contains(p))
-            {
-                Some(p) => p,
-                None => self.next_port(taken)?,
-            },
+            None => {
+                let p = self.node_ports.allocate_next().map_err(|_| {
+                    ApiError::new(Reason::RangeFull, "failed to allocate a HealthCheck NodePort 0: range is full")
+                })?;
+                taken.ports.push(p);
+                p
+            }
         };
         held.ports.insert(port);
         svc.spec.health_check_node_port = Some(i64::from(port));

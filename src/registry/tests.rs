@@ -37,6 +37,11 @@ fn np(name: &str, ports: serde_json::Value) -> Service {
     svc(json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": ports}}))
 }
 
+/// Addresses allocated in CIDR `i`, without the one reserved for `default/kubernetes`.
+fn user_ips(r: &Registry, i: usize) -> Vec<IpAddr> {
+    r.cluster_ips[i].allocated().into_iter().filter(|ip| Some(*ip) != r.reserved).collect()
+}
+
 fn node_ports(s: &Service) -> Vec<i64> {
     s.spec.ports.iter().filter_map(|p| p.node_port).collect()
 }
@@ -94,7 +99,7 @@ fn seed_kube_dns_static_cluster_ip_and_wording() {
     let e = r.apply_service(dup, &stamp()).unwrap_err();
     assert_eq!(
         e.message,
-        "Service \"kube-dns\" is invalid: spec.clusterIPs: Invalid value: [\"10.97.0.10\"]: failed to allocate IP 10.97.0.10: the provided IP (10.97.0.10) is not in the valid range. The range of valid IPs is 10.96.0.0/16"
+        "Service \"kube-dns\" is invalid: spec.clusterIPs: Invalid value: [\"10.97.0.10\"]: failed to allocate IP 10.97.0.10: the provided network does not match the current range"
     );
 }
 
@@ -169,13 +174,19 @@ fn reapply_without_nodeports_keeps_them_and_naming_one_moves_it() {
 }
 
 #[test]
-fn unnamed_single_port_is_matched_by_number_and_protocol() {
+fn unnamed_single_port_is_matched_by_name() {
     let mut r = reg();
     let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
     let (_, s2) = r.apply_service(np("web", json!([{"port": 80, "targetPort": 8080}])), &stamp()).unwrap();
     assert_eq!(node_ports(&s2), node_ports(&s));
+    // The API server matches ports by name (here the empty one): a new port number
+    // keeps the nodePort external clients use.
     let (_, s3) = r.apply_service(np("web", json!([{"port": 8080}])), &stamp()).unwrap();
-    assert_ne!(node_ports(&s3), node_ports(&s));
+    assert_eq!(node_ports(&s3), node_ports(&s));
+    assert_eq!(r.node_ports.allocated().len(), 1);
+    // A renamed port is a new port.
+    let (_, s4) = r.apply_service(np("web", json!([{"name": "http", "port": 8080}])), &stamp()).unwrap();
+    assert_ne!(node_ports(&s4), node_ports(&s));
     assert_eq!(r.node_ports.allocated().len(), 1);
 }
 
@@ -241,7 +252,7 @@ fn external_name_is_stored_without_allocations() {
     assert!(s2.spec.cluster_ip.is_none() && s2.spec.cluster_ips.is_empty());
     assert!(node_ports(&s2).is_empty());
     assert!(r.node_ports.allocated().is_empty());
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
     let fresh =
         svc(json!({"metadata": {"name": "ext"}, "spec": {"type": "ExternalName", "externalName": "example.org"}}));
     let (a, s3) = r.apply_service(fresh, &stamp()).unwrap();
@@ -285,12 +296,21 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     let (_, s4) = r.apply_service(no, &stamp()).unwrap();
     assert_eq!(s4.spec.ports[0].node_port, None);
     assert_eq!(s4.spec.ports[1].node_port, Some(30020));
-    // Turning allocation off on a Service that has node ports keeps them.
-    let mut off = s.clone();
+    // Turning allocation off in an update without node ports drops and frees them, as
+    // the API server does; one the update names stays.
+    let (_, lb3) =
+        r.apply_service(np("lb3", json!([{"name": "a", "port": 80}, {"name": "b", "port": 81}])), &stamp()).unwrap();
+    let mut off = lb3.clone();
+    off.spec.type_ = Some("LoadBalancer".into());
     off.spec.allocate_load_balancer_node_ports = Some(false);
+    let kept = off.spec.ports[1].node_port;
     off.spec.ports[0].node_port = None;
+    let freed = lb3.spec.ports[0].node_port.unwrap() as u16;
     let (_, s5) = r.apply_service(off, &stamp()).unwrap();
-    assert_eq!(node_ports(&s5), node_ports(&s));
+    assert_eq!(s5.spec.ports[0].node_port, None);
+    assert_eq!(s5.spec.ports[1].node_port, kept);
+    assert!(!r.node_ports.is_allocated(freed));
+    assert!(r.node_ports.is_allocated(kept.unwrap() as u16));
 }
 
 #[test]
@@ -400,7 +420,7 @@ fn headless_gets_no_allocation() {
         .unwrap();
     assert_eq!(s.spec.cluster_ips, vec!["None"]);
     assert_eq!(s.spec.cluster_ip.as_deref(), Some("None"));
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
 }
 
 #[test]
@@ -428,9 +448,23 @@ fn dual_stack_policies() {
         .unwrap();
     assert!(v6.spec.cluster_ip.unwrap().contains(':'));
     assert_eq!(v6.spec.ip_families, vec!["IPv6", "IPv4"]);
-    // Two families without a policy means RequireDualStack (as the API server defaults).
-    let (_, two) = r.apply_service(base("two", json!({"ipFamilies": ["IPv4", "IPv6"]})), &stamp()).unwrap();
-    assert_eq!(two.spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+    // Two families without a policy: the API server defaults SingleStack and refuses.
+    let e = r.apply_service(base("two", json!({"ipFamilies": ["IPv4", "IPv6"]})), &stamp()).unwrap_err();
+    assert_eq!(
+        e.message,
+        "Service \"two\" is invalid: spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"
+    );
+    let e = r
+        .apply_service(
+            base("two", json!({"clusterIP": "10.96.0.21", "clusterIPs": ["10.96.0.21", "fd00:10:96::21"], "ipFamilies": ["IPv4", "IPv6"]})),
+            &stamp(),
+        )
+        .unwrap_err();
+    assert_eq!(
+        e.message,
+        "Service \"two\" is invalid: [spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified, spec.ipFamilyPolicy: Invalid value: \"SingleStack\": must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified]"
+    );
+    assert!(!r.cluster_ips[0].is_allocated("10.96.0.21".parse().unwrap()));
     // Upgrade single -> prefer keeps the first IP and adds one; downgrade drops it again.
     let (_, up) = r.apply_service(base("single", json!({"ipFamilyPolicy": "PreferDualStack"})), &stamp()).unwrap();
     assert_eq!(up.spec.cluster_ips[0], single.spec.cluster_ips[0]);
@@ -442,7 +476,11 @@ fn dual_stack_policies() {
     // Static dual-stack request.
     let (_, st) = r
         .apply_service(
-            base("st", json!({"clusterIPs": ["10.96.0.20", "fd00:10:96::20"], "ipFamilyPolicy": "RequireDualStack"})),
+            base(
+                "st",
+                json!({"clusterIP": "10.96.0.20", "clusterIPs": ["10.96.0.20", "fd00:10:96::20"],
+                    "ipFamilyPolicy": "RequireDualStack"}),
+            ),
             &stamp(),
         )
         .unwrap();
@@ -459,7 +497,7 @@ fn dual_stack_policies() {
     assert_eq!(p4.spec.ip_families, vec!["IPv4"]);
     let e = r4.apply_service(base("six", json!({"ipFamilies": ["IPv6"]})), &stamp()).unwrap_err();
     assert!(e.message.contains("spec.ipFamilies[0]: Invalid value: \"IPv6\": not configured on this cluster"), "{e}");
-    assert!(r4.cluster_ips[0].allocated().len() == 1);
+    assert!(user_ips(&r4, 0).len() == 1);
 }
 
 #[test]
@@ -470,7 +508,7 @@ fn delete_and_not_found_wording() {
     assert_eq!((e.reason, e.message.as_str()), (Reason::NotFound, "services \"nope\" not found"));
     assert_eq!(r.delete_service("default", "web").unwrap(), s);
     assert!(r.node_ports.allocated().is_empty());
-    assert!(r.cluster_ips[0].allocated().is_empty());
+    assert!(user_ips(&r, 0).is_empty());
     assert_eq!(r.get_service("default", "web").unwrap_err().message, "services \"web\" not found");
 }
 
@@ -503,7 +541,7 @@ fn range_full_wording_and_rollback() {
     r.apply_service(np("b", json!([{"port": 80}])), &stamp()).unwrap();
     let e = r.apply_service(np("c", json!([{"port": 80}])), &stamp()).unwrap_err();
     assert_eq!((e.reason, e.message.as_str()), (Reason::RangeFull, "failed to allocate a nodePort: range is full"));
-    assert_eq!(r.cluster_ips[0].allocated().len(), 2);
+    assert_eq!(user_ips(&r, 0).len(), 2);
 }
 
 #[test]
@@ -843,7 +881,9 @@ mod prop {
         }
         let alloc_ports: BTreeSet<u16> = r.node_ports.allocated().into_iter().collect();
         prop_assert_eq!(&alloc_ports, &ports, "node port allocator vs stored services");
-        let alloc_ips: BTreeSet<IpAddr> = r.cluster_ips.iter().flat_map(|a| a.allocated()).collect();
+        let alloc_ips: BTreeSet<IpAddr> =
+            r.cluster_ips.iter().flat_map(|a| a.allocated()).filter(|ip| Some(*ip) != r.reserved).collect();
+        prop_assert!(r.reserved.is_some_and(|ip| r.cluster_ips[0].is_allocated(ip)), "reserved address freed");
         prop_assert_eq!(&alloc_ips, &ips, "IP allocators vs stored services");
         let u = r.usage();
         let used = u.node_ports.bands.dynamic.used + u.node_ports.bands.static_band.map_or(0, |b| b.used);
@@ -929,4 +969,324 @@ fn a_relabelled_or_deleted_slice_leaves_its_old_service() {
     assert_eq!(r.backends(&b)[0].backends.len(), 1);
     r.delete_endpoints(EndpointsKind::EndpointSlice, "default", "s1").unwrap();
     assert!(r.backends(&b)[0].backends.is_empty());
+}
+
+// ---- kube-apiserver 1.36 scenarios (issue 13), texts verbatim ----
+
+fn lb_local(name: &str) -> Service {
+    svc(json!({"metadata": {"name": name}, "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+        "ports": [{"port": 80}]}}))
+}
+
+#[test]
+fn type_change_round_trip_drops_and_frees_obsolete_values() {
+    let mut r = reg();
+    // NodePort -> ClusterIP still carrying the nodePort: accepted, port freed.
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
+    let port = node_ports(&s)[0] as u16;
+    let mut c = s.clone();
+    c.spec.type_ = Some("ClusterIP".into());
+    let (_, c) = r.apply_service(c, &stamp()).unwrap();
+    assert_eq!(node_ports(&c), Vec::<i64>::new());
+    assert_eq!(c.spec.external_traffic_policy, None);
+    assert!(!r.node_ports.is_allocated(port));
+    // A nodePort the stored object did not hold is still refused.
+    let mut bad = c.clone();
+    bad.spec.ports[0].node_port = Some(30999);
+    assert_eq!(
+        r.apply_service(bad, &stamp()).unwrap_err().message,
+        "Service \"web\" is invalid: spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'"
+    );
+
+    // externalTrafficPolicy Local -> Cluster carrying healthCheckNodePort: dropped, freed.
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    let hc = lb.spec.health_check_node_port.unwrap() as u16;
+    let mut cl = lb.clone();
+    cl.spec.external_traffic_policy = Some("Cluster".into());
+    let (_, cl) = r.apply_service(cl, &stamp()).unwrap();
+    assert_eq!(cl.spec.health_check_node_port, None);
+    assert!(!r.node_ports.is_allocated(hc));
+    // LoadBalancer -> NodePort carrying it and allocateLoadBalancerNodePorts: both dropped.
+    let (_, lb2) = r.apply_service(lb_local("lb2"), &stamp()).unwrap();
+    let hc2 = lb2.spec.health_check_node_port.unwrap() as u16;
+    let mut n = lb2.clone();
+    n.spec.type_ = Some("NodePort".into());
+    let (_, n) = r.apply_service(n, &stamp()).unwrap();
+    assert_eq!((n.spec.health_check_node_port, n.spec.allocate_load_balancer_node_ports), (None, None));
+    assert_eq!(node_ports(&n), node_ports(&lb2));
+    assert!(!r.node_ports.is_allocated(hc2));
+}
+
+#[test]
+fn cluster_ip_to_external_name_frees_the_address_for_the_next_service() {
+    // A /29 has 6 usable addresses; the first is reserved for default/kubernetes.
+    let mut r = Registry::with_seed(range(), &["10.96.0.0/29".parse().unwrap()], 1);
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let (_, s) = r
+            .apply_service(
+                svc(json!({"metadata": {"name": format!("c{i}")}, "spec": {"ports": [{"port": 80}]}})),
+                &stamp(),
+            )
+            .unwrap();
+        held.push(s);
+    }
+    let over = svc(json!({"metadata": {"name": "c28-over"}, "spec": {"ports": [{"port": 80}]}}));
+    let e = r.apply_service(over.clone(), &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (Reason::RangeFull, "failed to allocate a serviceIP for Service \"c28-over\": range is full")
+    );
+    let mut ext = held[0].clone();
+    ext.spec.type_ = Some("ExternalName".into());
+    ext.spec.external_name = Some("db.example.com".into());
+    let (_, ext) = r.apply_service(ext, &stamp()).unwrap();
+    assert_eq!((ext.spec.cluster_ip.as_deref(), ext.spec.cluster_ips.len()), (None, 0));
+    let (_, next) = r.apply_service(over, &stamp()).unwrap();
+    assert_eq!(next.spec.cluster_ip, held[0].spec.cluster_ip);
+}
+
+#[test]
+fn require_dual_stack_to_single_stack_releases_the_secondary() {
+    let mut r = Registry::with_seed(range(), &dual(), 2);
+    let (_, d) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "d"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let second: IpAddr = d.spec.cluster_ips[1].parse().unwrap();
+    let mut s = d.clone();
+    s.spec.ip_family_policy = Some("SingleStack".into());
+    let (_, s) = r.apply_service(s, &stamp()).unwrap();
+    assert_eq!(s.spec.cluster_ips, d.spec.cluster_ips[..1]);
+    assert_eq!(s.spec.ip_families, ["IPv4"]);
+    assert!(!r.cluster_ips[1].is_allocated(second));
+}
+
+#[test]
+fn zero_means_allocate() {
+    let mut r = reg();
+    let (_, s) = r.apply_service(np("web", json!([{"port": 80, "nodePort": 0}])), &stamp()).unwrap();
+    assert!(node_ports(&s)[0] >= 30000);
+    let mut lb = lb_local("lb");
+    lb.spec.health_check_node_port = Some(0);
+    lb.spec.ports[0].node_port = Some(0);
+    let (_, lb) = r.apply_service(lb, &stamp()).unwrap();
+    assert!(lb.spec.health_check_node_port.unwrap() >= 30000);
+    // 0 in an update keeps what the Service holds.
+    let mut again = lb.clone();
+    again.spec.health_check_node_port = Some(0);
+    again.spec.ports[0].node_port = Some(0);
+    assert_eq!(r.apply_service(again, &stamp()).unwrap().0, Action::Unchanged);
+}
+
+#[test]
+fn static_ip_outside_the_range_network_and_broadcast() {
+    let mut r = Registry::with_seed(range(), &["10.96.0.0/24".parse().unwrap()], 1);
+    for ip in ["10.96.1.99", "10.96.0.0", "10.96.0.255"] {
+        let s = svc(json!({"metadata": {"name": "s"}, "spec": {"clusterIP": ip, "ports": [{"port": 80}]}}));
+        assert_eq!(
+            r.apply_service(s, &stamp()).unwrap_err().message,
+            format!("Service \"s\" is invalid: spec.clusterIPs: Invalid value: [\"{ip}\"]: failed to allocate IP {ip}: the provided network does not match the current range")
+        );
+    }
+    let s = svc(json!({"metadata": {"name": "s"}, "spec": {"clusterIP": "fd00::5", "ports": [{"port": 80}]}}));
+    assert_eq!(
+        r.apply_service(s, &stamp()).unwrap_err().message,
+        "Service \"s\" is invalid: spec.clusterIPs[0]: Invalid value: [\"fd00::5\"]: IPv6 is not configured on this cluster"
+    );
+}
+
+#[test]
+fn health_check_node_port_texts() {
+    let mut r = reg();
+    r.apply_service(np("taken", json!([{"port": 80, "nodePort": 30009}])), &stamp()).unwrap();
+    let mut lb = lb_local("lb");
+    lb.spec.health_check_node_port = Some(30009);
+    let e = r.apply_service(lb.clone(), &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (
+            Reason::AlreadyAllocated,
+            "failed to allocate requested HealthCheck NodePort 30009: provided port is already allocated"
+        )
+    );
+    lb.spec.health_check_node_port = Some(40000);
+    assert_eq!(
+        r.apply_service(lb, &stamp()).unwrap_err().message,
+        "failed to allocate requested HealthCheck NodePort 40000: provided port is not in the valid range. The range of valid ports is 30000-32767"
+    );
+    let mut full = Registry::with_seed(PortRange { first: 30000, last: 30000 }, &v4(), 1);
+    let e = full.apply_service(lb_local("lb"), &stamp()).unwrap_err();
+    assert_eq!(e.message, "failed to allocate a HealthCheck NodePort 0: range is full");
+    assert!(full.node_ports.allocated().is_empty());
+}
+
+#[test]
+fn first_address_is_reserved_for_default_kubernetes() {
+    let mut r = reg();
+    let first: IpAddr = "10.96.0.1".parse().unwrap();
+    let other = svc(json!({"metadata": {"name": "web"}, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}));
+    let e = r.apply_service(other, &stamp()).unwrap_err();
+    assert_eq!(
+        (e.reason, e.message.as_str()),
+        (Reason::AlreadyAllocated, "Service \"web\" is invalid: spec.clusterIPs: Invalid value: [\"10.96.0.1\"]: failed to allocate IP 10.96.0.1: provided IP is already allocated")
+    );
+    let k = svc(json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"ports": [{"name": "https", "port": 443, "targetPort": 6443}]}}));
+    let (_, k) = r.apply_service(k, &stamp()).unwrap();
+    assert_eq!(k.spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    // Deleting it keeps the address reserved; a restore gives it back without a conflict.
+    let (r2, problems) = Registry::restore(range(), &v4(), vec![k.clone()], vec![]);
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, [first].into());
+    r.delete_service("default", "kubernetes").unwrap();
+    assert!(r.cluster_ips[0].is_allocated(first));
+
+    // A Service stored with the address before the reservation existed keeps it, and
+    // it is reserved again once that Service lets it go.
+    let mut old = svc(json!({"metadata": {"name": "old", "namespace": "apps"},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "ports": [{"port": 80}]}}));
+    old.spec.type_ = Some("ClusterIP".into());
+    let (mut r3, problems) = Registry::restore(range(), &v4(), vec![old], vec![]);
+    assert!(problems.is_empty(), "{problems:?}");
+    let k = svc(json!({"metadata": {"name": "kubernetes"}, "spec": {"ports": [{"port": 443}]}}));
+    let (_, k3) = r3.apply_service(k, &stamp()).unwrap();
+    assert_ne!(k3.spec.cluster_ip.as_deref(), Some("10.96.0.1"));
+    r3.delete_service("apps", "old").unwrap();
+    assert!(r3.cluster_ips[0].is_allocated(first));
+    let taken = svc(json!({"metadata": {"name": "new"}, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}));
+    assert_eq!(r3.apply_service(taken, &stamp()).unwrap_err().reason, Reason::AlreadyAllocated);
+}
+
+#[test]
+fn stored_defaults_are_the_api_servers() {
+    let mut r = reg();
+    let (_, c) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "c"}, "spec": {"ports": [{"port": 80}],
+        "sessionAffinity": "ClientIP"}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(c.spec.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(c.spec.session_affinity_config.unwrap().client_ip.unwrap().timeout_seconds, Some(10800));
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    assert_eq!(lb.spec.allocate_load_balancer_node_ports, Some(true));
+    // sessionAffinityConfig with None: dropped.
+    let (_, n) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "n"}, "spec": {"ports": [{"port": 80}],
+        "sessionAffinity": "None", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}}}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(n.spec.session_affinity_config, None);
+    // Accepted and stored as given.
+    let (_, o) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "o"}, "spec": {"type": "LoadBalancer",
+        "loadBalancerIP": "not-an-ip", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(o.spec.load_balancer_ip.as_deref(), Some("not-an-ip"));
+    let (_, x) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "x"}, "spec": {"externalName": "db.example.com",
+        "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(x.spec.external_name.as_deref(), Some("db.example.com"));
+    let (_, h) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None",
+        "externalIPs": ["198.18.0.7"], "selector": {"app": "h"}, "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    assert_eq!(h.spec.external_ips, ["198.18.0.7"]);
+    let (_, one) = r
+        .apply_service(svc(json!({"metadata": {"name": "1web"}, "spec": {"ports": [{"port": 80}]}})), &stamp())
+        .unwrap();
+    assert_eq!(one.metadata.name, "1web");
+}
+
+#[test]
+fn headless_without_selector_is_dual_stack() {
+    for cidrs in [dual(), v4()] {
+        let mut r = Registry::with_seed(range(), &cidrs, 1);
+        let (_, h) =
+            r.apply_service(svc(json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}})), &stamp()).unwrap();
+        assert_eq!(h.spec.ip_family_policy.as_deref(), Some("RequireDualStack"));
+        assert_eq!(h.spec.ip_families, ["IPv4", "IPv6"]);
+        assert_eq!(h.spec.cluster_ips, ["None"]);
+        let (_, hs) = r
+            .apply_service(
+                svc(json!({"metadata": {"name": "hs"}, "spec": {"clusterIP": "None", "selector": {"app": "a"}}})),
+                &stamp(),
+            )
+            .unwrap();
+        assert_eq!((hs.spec.ip_family_policy.as_deref(), hs.spec.ip_families.len()), (Some("SingleStack"), 1));
+    }
+}
+
+#[test]
+fn slice_ports_a_node_cannot_use_are_stored_and_skipped() {
+    let mut r = reg();
+    let (_, s) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "web"}, "spec": {"ports": [{"name": "a", "port": 80},
+            {"name": "b", "port": 81}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let obj = slice(
+        "web-1",
+        "web",
+        json!({"addressType": "IPv4",
+        "endpoints": [{"addresses": ["198.18.1.2"]}],
+        "ports": [{"name": "a", "port": 70000}, {"name": "b", "port": 8081}]}),
+    );
+    let crate::model::EndpointsObject::Slice(es) = &obj else { unreachable!() };
+    crate::model::validate::validate_endpoint_slice(es).unwrap();
+    r.apply_endpoints(obj, &stamp()).unwrap();
+    let b = r.backends(&s);
+    assert!(b[0].backends.is_empty(), "{b:?}");
+    assert_eq!(b[1].backends.len(), 1);
+}
+
+#[test]
+fn update_rules_health_check_immutable_and_secondary_release() {
+    let mut r = Registry::with_seed(range(), &dual(), 4);
+    let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
+    let mut moved = lb.clone();
+    moved.spec.health_check_node_port = Some(31999);
+    assert_eq!(
+        r.apply_service(moved, &stamp()).unwrap_err().message,
+        "Service \"lb\" is invalid: spec.healthCheckNodePort: Forbidden: field is immutable"
+    );
+    assert!(!r.node_ports.is_allocated(31999));
+    let (_, d) = r
+        .apply_service(
+            svc(json!({"metadata": {"name": "d"}, "spec": {"ipFamilyPolicy": "RequireDualStack", "ports": [{"port": 80}]}})),
+            &stamp(),
+        )
+        .unwrap();
+    let mut one = d.clone();
+    one.spec.cluster_ips.truncate(1);
+    one.spec.ip_families.truncate(1);
+    assert_eq!(
+        r.apply_service(one, &stamp()).unwrap_err().message,
+        "Service \"d\" is invalid: spec.ipFamilyPolicy: Invalid value: \"RequireDualStack\": must be set to 'SingleStack' when releasing the secondary clusterIP"
+    );
+}
+
+#[test]
+fn a_service_without_a_name_reads_like_the_api_server() {
+    let mut r = reg();
+    let e = r.apply_service(svc(json!({"spec": {"ports": [{"port": 80}]}})), &stamp()).unwrap_err();
+    assert_eq!(e.message, "Service \"\" is invalid: metadata.name: Required value: name or generateName is required");
 }
