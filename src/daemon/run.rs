@@ -37,6 +37,8 @@ pub struct State {
     /// Set when the next sync must rebuild and reapply everything.
     pub full_resync: bool,
     pub wake: Rc<Notify>,
+    /// Events for the native ubus object (`super::ubus`).
+    pub ubus: crate::ubus::Events,
 }
 
 impl State {
@@ -121,6 +123,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
     local.block_on(&rt, async move {
         let engine = Engine::new(&cfg, args.dry_run).await?;
         let wake = Rc::new(Notify::new());
+        let (ubus_events, ubus_rx) = crate::ubus::Events::channel();
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
         let st = Rc::new(RefCell::new(State {
             registry,
@@ -134,6 +137,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             full_resync: true,
             node_changed: false,
             wake: wake.clone(),
+            ubus: ubus_events,
             cfg: cfg.clone(),
         }));
 
@@ -144,9 +148,8 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             idle_timeout: Duration::from_secs(cfg.idle_timeout_seconds),
         };
         let handler_state = st.clone();
-        let handler: server::Handler = Rc::new(move |method, params, _cred| {
-            super::handlers::call(&mut handler_state.borrow_mut(), method, params)
-        });
+        let handler: server::Handler =
+            Rc::new(move |method, params, _cred| super::ubus::call(&handler_state, method, params));
         tokio::task::spawn_local(server::serve(listener, handler, limits, group));
 
         // Status LED: on = in sync, blinking = out of sync, off = stopped.
@@ -157,6 +160,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             }
         }
 
+        super::ubus::spawn(&st, ubus_rx, led_tx.subscribe());
         tokio::task::spawn_local(super::sync::sync_loop(st.clone(), engine, led_tx.clone()));
         // The restored objects must reach the kernel now, not at the first API call or
         // resync tick: `full_resync` is already set, the loop only needs waking.
@@ -216,6 +220,7 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         ("socket_group", new.socket_group != old.socket_group),
         ("state_dir", new.state_dir != old.state_dir),
         ("table", new.table != old.table),
+        ("ubus", new.ubus != old.ubus),
     ] {
         if changed {
             log::error!(
