@@ -208,6 +208,9 @@ impl Conn {
     }
 }
 
+/// Methods and their argument types, as ubusd keeps them from ADD_OBJECT.
+type Signature = Vec<(String, Vec<(String, u8)>)>;
+
 /// The stand-in for ubusd: a listening socket.
 struct StandIn {
     path: PathBuf,
@@ -221,7 +224,7 @@ impl StandIn {
     }
 
     /// Accept the daemon, say HELLO, take its ADD_OBJECT and register it.
-    fn accept(&self) -> (Conn, Vec<(String, Vec<(String, u8)>)>) {
+    fn accept(&self) -> (Conn, Signature) {
         self.listener.set_nonblocking(true).unwrap();
         let deadline = Instant::now() + Duration::from_secs(15);
         let s = loop {
@@ -252,8 +255,7 @@ impl StandIn {
     }
 }
 
-/// Methods and argument types, as ubusd stores them from ADD_OBJECT.
-fn signature(sig: &[u8]) -> Vec<(String, Vec<(String, u8)>)> {
+fn signature(sig: &[u8]) -> Signature {
     let mut out = Vec::new();
     for (i, a) in blob::attrs(sig, 0).unwrap().iter().enumerate() {
         let f = blob::field(a, i).unwrap();
