@@ -28,7 +28,16 @@ fn cmp(field: Field, value: Value) -> Stmt {
 }
 
 fn set(name: &str, key: Vec<DataType>, data: Option<DataType>) -> Set {
-    Set { name: name.into(), key, data, flags: SetFlags::default(), timeout: None, comment: None }
+    Set {
+        name: name.into(),
+        key,
+        data: data.into_iter().collect(),
+        typeof_key: None,
+        typeof_data: None,
+        flags: SetFlags::default(),
+        timeout: None,
+        comment: None,
+    }
 }
 
 fn elem(key: Vec<Value>, data: Option<ElementData>) -> Element {
@@ -86,7 +95,7 @@ fn every_statement() -> Ruleset {
             ),
             ("service-nodeports".into(), vec![elem(vec![Value::Proto(6), Value::Port(30080)], goto("svc-a"))]),
             ("service-ips-v6".into(), vec![elem(vec![v6, Value::Proto(17), Value::Port(53)], goto("ep-6"))]),
-            ("port-addr".into(), vec![elem(vec![Value::Port(80)], Some(ElementData::Value(v4(198, 19, 0, 9))))]),
+            ("port-addr".into(), vec![elem(vec![Value::Port(80)], Some(ElementData::Values(vec![v4(198, 19, 0, 9)])))]),
         ],
         chains: vec![
             (

@@ -8,6 +8,7 @@ pub mod builder;
 pub mod claims;
 pub mod endpoints;
 pub mod names;
+pub mod plan;
 
 pub use builder::{build, build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 

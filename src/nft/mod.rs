@@ -15,6 +15,7 @@ pub mod ir;
 pub mod list;
 pub mod lower;
 pub mod render;
+pub mod repair;
 pub mod socket;
 pub mod sync;
 pub mod synthetic;

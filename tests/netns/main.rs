@@ -186,8 +186,8 @@ fn daemon_carries_traffic() {
 
     let ctl = |args: &str| t.sh("rt", &format!("{bin} ctl --socket {socket} {args}"));
     eprintln!("{}", ctl(&format!("apply -f {objects}")));
-    let programmed = "nft list table inet nodeportd | grep -q 'tcp . 30080 : goto ext4-' && \
-                      nft list table inet nodeportd | grep -q 'tcp . 30090 : goto ext4-'";
+    let programmed = "nft list table inet nodeportd | grep -q 'tcp . 30080 . 0 : ' && \
+                      nft list table inet nodeportd | grep -q 'tcp . 30090 . 0 : '";
     let took = wait_for(&t, "rt", "the applied services in the kernel", programmed, Duration::from_secs(5));
     eprintln!("ok: applied objects programmed {took:?} after nodeportctl returned");
 
@@ -256,7 +256,9 @@ fn daemon_carries_traffic() {
     scenarios::nodeport_works(&t);
     eprintln!("ok: a contested externalIP stays with the first service; the rest of the table is in sync");
     eprintln!("{}", ctl("delete svc contest-a -n default"));
-    let moved = "nft list table inet nodeportd | grep '198.18.3.20 . tcp . 80' | grep -q contest-b";
+    // contest-b's endpoint is 198.18.2.12.
+    let moved =
+        "nft list map inet nodeportd service-backends-v4 | grep -q '198.18.3.20 . tcp . 80 . 0 : 198.18.2.12 . 8080'";
     wait_for(&t, "rt", "the externalIP handed to the second service", moved, Duration::from_secs(5));
     assert_eq!(
         contested_answers(&t, 6),
