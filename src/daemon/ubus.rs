@@ -77,7 +77,7 @@ pub fn notify_sync(st: &State) {
 /// sync (the status LED's channel); each firing becomes a `nodeportd.sync` event.
 pub fn spawn<T: Send + Sync + 'static>(
     st: &Rc<RefCell<State>>,
-    rx: tokio::sync::mpsc::Receiver<Event>,
+    queue: Rc<ubus::Queue>,
     mut synced: watch::Receiver<T>,
 ) {
     let setting = st.borrow().cfg.ubus.clone();
@@ -86,7 +86,7 @@ pub fn spawn<T: Send + Sync + 'static>(
     }
     let handler_state = st.clone();
     let handler: ubus::Call = Rc::new(move |method, params| call(&handler_state, method, params));
-    tokio::task::spawn_local(ubus::conn::run(setting, handler, rx));
+    tokio::task::spawn_local(ubus::conn::run(setting, handler, queue));
     let st = st.clone();
     tokio::task::spawn_local(async move {
         let mut last = None;

@@ -6,15 +6,15 @@
 //! runs.
 
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
-use tokio::sync::mpsc;
 
 use super::msg::{self, attr, kind, status, ProtoError};
 use super::object::{self, OBJECT};
-use super::{Call, Event, Setting, DEFAULT_SOCKETS};
+use super::{Call, Queue, Setting, DEFAULT_SOCKETS};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -22,7 +22,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Keep the object registered for as long as the daemon runs (returns at once for `off`).
-pub async fn run(setting: Setting, call: Call, mut events: mpsc::Receiver<Event>) {
+pub async fn run(setting: Setting, call: Call, events: Rc<Queue>) {
     let mut backoff = MIN_BACKOFF;
     // Repeated failures are logged once, until something changes.
     let mut last_problem = String::new();
@@ -36,7 +36,7 @@ pub async fn run(setting: Setting, call: Call, mut events: mpsc::Receiver<Event>
             None => format!("no ubusd socket at {}; waiting for one", DEFAULT_SOCKETS.join(" or ")),
             Some(path) => {
                 let mut registered = None;
-                let r = session(&path, &call, &mut events, &mut registered).await;
+                let r = session(&path, &call, &events, &mut registered).await;
                 if let Some(at) = registered {
                     // It worked for a while: ubusd restarted, come back quickly.
                     backoff = MIN_BACKOFF;
@@ -64,22 +64,20 @@ pub async fn run(setting: Setting, call: Call, mut events: mpsc::Receiver<Event>
             }
             last_problem = problem;
         }
-        idle(backoff, &mut events).await;
+        idle(backoff, &events).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }
 }
 
 /// Wait, dropping the events that come meanwhile: ubus has nobody to give them to.
-async fn idle(d: Duration, events: &mut mpsc::Receiver<Event>) {
+async fn idle(d: Duration, events: &Queue) {
+    events.clear();
     let sleep = tokio::time::sleep(d);
     tokio::pin!(sleep);
     loop {
         tokio::select! {
             _ = &mut sleep => return,
-            ev = events.recv() => if ev.is_none() {
-                sleep.await;
-                return;
-            },
+            _ = events.ready() => events.clear(),
         }
     }
 }
@@ -122,16 +120,11 @@ fn proto(e: ProtoError) -> String {
 
 enum Step {
     Frame(Vec<u8>),
-    Event(Event),
+    Events,
 }
 
 /// One connection. `registered` is set once ubusd has the object.
-async fn session(
-    path: &PathBuf,
-    call: &Call,
-    events: &mut mpsc::Receiver<Event>,
-    registered: &mut Option<Instant>,
-) -> Result<(), String> {
+async fn session(path: &PathBuf, call: &Call, events: &Queue, registered: &mut Option<Instant>) -> Result<(), String> {
     let mut s = UnixStream::connect(path).await.map_err(|e| format!("connect: {e}"))?;
     let mut rd = Reader::default();
     let hello = tokio::time::timeout(HELLO_TIMEOUT, rd.next(&mut s))
@@ -149,21 +142,23 @@ async fn session(
     loop {
         let step = tokio::select! {
             f = rd.next(&mut s) => Step::Frame(f?),
-            Some(ev) = events.recv(), if obj.is_some() => Step::Event(ev),
+            _ = events.ready(), if registered.is_some() => Step::Events,
         };
         match step {
-            Step::Event(ev) => {
+            Step::Events => {
                 let Some(id) = obj else { continue };
-                seq = seq.wrapping_add(1);
-                match msg::send_event(seq, ev.id, &ev.data) {
-                    Ok(m) => write(&mut s, &m).await?,
-                    Err(e) => log::warn!("ubus: event {} not sent: {e}", ev.id),
-                }
-                if subscribers {
+                while let Some(ev) = events.pop() {
                     seq = seq.wrapping_add(1);
-                    let kind = ev.id.strip_prefix("nodeportd.").unwrap_or(ev.id);
-                    if let Ok(m) = msg::notify(seq, id, kind, &ev.data) {
-                        write(&mut s, &m).await?;
+                    match msg::send_event(seq, ev.id, &ev.data) {
+                        Ok(m) => write(&mut s, &m).await?,
+                        Err(e) => log::warn!("ubus: event {} not sent: {e}", ev.id),
+                    }
+                    if subscribers {
+                        seq = seq.wrapping_add(1);
+                        let kind = ev.id.strip_prefix("nodeportd.").unwrap_or(ev.id);
+                        if let Ok(m) = msg::notify(seq, id, kind, &ev.data) {
+                            write(&mut s, &m).await?;
+                        }
                     }
                 }
             }
