@@ -340,6 +340,8 @@ fn the_object_answers_sends_events_and_comes_back_after_ubusd_restarts() {
     // A change through the socket API announces itself on ubus as well.
     let ep = c.invoke("endpoints_apply", json!({ "object": serde_json::from_str::<Value>(ENDPOINTS).unwrap() }));
     assert_eq!(ep["action"], "created");
+    let ev = c.wait_event("nodeportd.service", |d| d["action"] == "endpoints");
+    assert_eq!((ev["name"].as_str(), ev["endpoints"].as_str()), (Some("web"), Some("Endpoints/web")));
     let got = c.invoke("endpoints_get", json!({"namespace": "default", "name": "web", "kind": "Endpoints"}));
     assert_eq!(got["object"]["subsets"][0]["addresses"][0]["ip"], "198.18.78.2");
     let listed = c.invoke("service_list", json!({}));

@@ -25,8 +25,13 @@ pub fn call(st: &Rc<RefCell<State>>, method: &str, params: Value) -> Result<Valu
 }
 
 /// `nodeportd.service` for an applied (created or changed) or deleted Service:
-/// `{"action", "namespace", "name", "clusterIP", "nodePorts"}`.
+/// `{"action", "namespace", "name", "clusterIP", "nodePorts"}`; for a change of the
+/// Endpoints or EndpointSlice that feeds one: `{"action": "endpoints", "namespace",
+/// "name", "endpoints": "KIND/NAME"}`.
 pub fn service_event(method: &str, result: &Value) -> Option<Event> {
+    if method == "endpoints.apply" || method == "endpoints.delete" {
+        return endpoints_event(method, result);
+    }
     let action = match method {
         "service.apply" => match result.get("action").and_then(Value::as_str) {
             Some(a @ ("created" | "configured")) => a,
@@ -54,7 +59,32 @@ pub fn service_event(method: &str, result: &Value) -> Option<Event> {
     Some(Event { id: SERVICE_EVENT, data })
 }
 
-/// `nodeportd.sync` after a sync: `{"inSync", "generation", "lastSyncMillis", "lastError"?}`.
+fn endpoints_event(method: &str, result: &Value) -> Option<Event> {
+    if method == "endpoints.apply"
+        && !matches!(result.get("action").and_then(Value::as_str), Some("created" | "configured"))
+    {
+        return None;
+    }
+    let obj = result.get("object")?;
+    let meta = obj.get("metadata")?;
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("Endpoints");
+    let own = meta.get("name").and_then(Value::as_str)?;
+    // An Endpoints object feeds the Service of its name; a slice the one its label names.
+    let service = if kind == "EndpointSlice" {
+        meta.pointer("/labels/kubernetes.io~1service-name").and_then(Value::as_str)?
+    } else {
+        own
+    };
+    let mut data = Map::new();
+    data.insert("action".into(), json!("endpoints"));
+    data.insert("namespace".into(), meta.get("namespace").cloned().unwrap_or(json!("default")));
+    data.insert("name".into(), json!(service));
+    data.insert("endpoints".into(), json!(format!("{kind}/{own}")));
+    Some(Event { id: SERVICE_EVENT, data })
+}
+
+/// `nodeportd.sync` after a sync: `{"inSync", "generation", "lastSyncMillis", "lastError"}`
+/// (`lastError` null after a sync that worked).
 pub fn sync_event(dp: &DataplaneStatus) -> Event {
     let mut data = Map::new();
     data.insert("inSync".into(), json!(dp.in_sync));
@@ -62,9 +92,7 @@ pub fn sync_event(dp: &DataplaneStatus) -> Event {
     if let Some(ms) = dp.last_sync_millis {
         data.insert("lastSyncMillis".into(), json!(ms));
     }
-    if let Some(e) = &dp.last_error {
-        data.insert("lastError".into(), json!(e));
-    }
+    data.insert("lastError".into(), json!(dp.last_error));
     Event { id: SYNC_EVENT, data }
 }
 
@@ -119,7 +147,27 @@ mod tests {
         assert_eq!(ev.data["action"], "deleted");
         assert!(service_event("service.apply", &json!({"action": "unchanged", "object": svc})).is_none());
         assert!(service_event("service.get", &json!({"object": svc})).is_none());
-        assert!(service_event("endpoints.apply", &json!({"action": "created", "object": svc})).is_none());
+        assert!(service_event("endpoints.list", &json!({"items": []})).is_none());
+    }
+
+    #[test]
+    fn endpoints_events_name_the_service_they_feed() {
+        let ep = json!({"kind": "Endpoints", "metadata": {"name": "web", "namespace": "shop"}});
+        let ev = service_event("endpoints.apply", &json!({"action": "configured", "object": ep})).unwrap();
+        assert_eq!(
+            Value::Object(ev.data),
+            json!({"action": "endpoints", "namespace": "shop", "name": "web", "endpoints": "Endpoints/web"})
+        );
+        let slice = json!({"kind": "EndpointSlice",
+            "metadata": {"name": "web-abc", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}}});
+        let ev = service_event("endpoints.delete", &json!({"object": slice})).unwrap();
+        assert_eq!(
+            (ev.data["name"].as_str(), ev.data["endpoints"].as_str()),
+            (Some("web"), Some("EndpointSlice/web-abc"))
+        );
+        assert!(service_event("endpoints.apply", &json!({"action": "unchanged", "object": ep})).is_none());
+        let orphan = json!({"kind": "EndpointSlice", "metadata": {"name": "x", "namespace": "shop"}});
+        assert!(service_event("endpoints.apply", &json!({"action": "created", "object": orphan})).is_none());
     }
 
     #[test]
@@ -130,5 +178,7 @@ mod tests {
         let ev = sync_event(&dp);
         assert_eq!(ev.id, "nodeportd.sync");
         assert_eq!(Value::Object(ev.data), json!({"inSync": false, "generation": 3, "lastError": "nf_tables: EPERM"}));
+        dp.last_error = None;
+        assert_eq!(sync_event(&dp).data["lastError"], Value::Null);
     }
 }
