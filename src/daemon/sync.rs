@@ -501,9 +501,9 @@ pub async fn sync_loop(
     });
     loop {
         wake.notified().await;
-        // Let a burst of requests already queued on the loop land in this batch.
+        // Let requests already queued on the loop land in this batch; a burst that keeps
+        // coming while the worker is busy is merged there.
         tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
         let req = {
             let mut s = st.borrow_mut();
             let req = next_request(&mut s);

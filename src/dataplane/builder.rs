@@ -112,29 +112,6 @@ impl ServicePieces {
     }
 }
 
-/// The whole desired table.
-pub fn build(input: &Input) -> Ruleset {
-    let mut services: Vec<&ServiceInput> = input.services.iter().collect();
-    services.sort_by(|a, b| super::claims::precedence(a.service).cmp(&super::claims::precedence(b.service)));
-    let mut claims = super::claims::Claims::default();
-    let mut all = Vec::new();
-    let mut counts = BTreeSet::new();
-    for svc in services {
-        let mut pieces = build_service(input, svc);
-        claims.claim(&(svc.service.namespace(), svc.service.name()), &mut pieces);
-        counts.extend(pieces.endpoint_counts());
-        all.push(pieces);
-    }
-    let mut rs = build_skeleton(input, &counts);
-    for pieces in all {
-        pieces.merge_into(&mut rs);
-    }
-    for (_, els) in &mut rs.elements {
-        els.sort_by(|a, b| a.key.cmp(&b.key));
-    }
-    rs
-}
-
 fn family_fields(f: IpFamily) -> (Field, Field, DataType) {
     match f {
         IpFamily::V4 => (Field::IpSaddr, Field::IpDaddr, DataType::Ipv4Addr),

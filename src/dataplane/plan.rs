@@ -221,10 +221,13 @@ impl Planner {
         } else {
             let mut before = self.skeleton.take().unwrap_or_default();
             let mut after = skeleton.clone();
-            for p in before_parts {
+            // Shared elements go by their counts below, not with each service.
+            for mut p in before_parts {
+                p.shared.clear();
                 p.merge_into(&mut before);
             }
-            for p in after_parts {
+            for mut p in after_parts {
+                p.shared.clear();
                 p.merge_into(&mut after);
             }
             // Shared elements: only their first addition and their last removal count.
@@ -316,6 +319,23 @@ impl Planner {
     pub fn services(&self) -> usize {
         self.pieces.len()
     }
+}
+
+/// The whole desired table for `input`'s services, as the daemon would program it
+/// (the same planner; `--dry-run`, the golden files and tests use it).
+pub fn build(input: &Input) -> Ruleset {
+    let node = Input { services: Vec::new(), ..input.clone() };
+    let all = input
+        .services
+        .iter()
+        .map(|s| {
+            let key = (s.service.namespace().to_string(), s.service.name().to_string());
+            (key, Some(OwnedService { service: s.service.clone(), backends: s.backends.clone() }))
+        })
+        .collect();
+    let mut p = Planner::new();
+    p.plan(&node, all, true);
+    p.assemble()
 }
 
 fn push_elements(rs: &mut Ruleset, els: Vec<(String, Element)>) {

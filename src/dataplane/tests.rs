@@ -373,4 +373,61 @@ mod planner {
         let want = build(&input(vec![ServiceInput { service: &svcs[0], backends: live[&key(&b)].backends.clone() }]));
         assert_eq!(m, Model::of(&want));
     }
+
+    use proptest::prelude::*;
+
+    /// Endpoints a step can give a service: some shared between services (hairpin
+    /// elements several services add), some on this node, one per family.
+    const POOL: &[&str] = &[
+        "198.18.2.11:8080 ready node=router-1",
+        "198.18.2.12:8080 ready",
+        "198.18.2.13:53 ready node=router-1",
+        "198.18.2.14:8080 serving terminating",
+        "[2001:db8:2::11]:8080 ready node=router-1",
+        "[2001:db8:2::12]:8080 ready",
+    ];
+
+    fn backends_of(s: &Service, mask: u8) -> OwnedService {
+        let eps: Vec<&str> = POOL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| *e).collect();
+        // Every port of the service gets the same endpoints (by port name).
+        let mut b = BTreeMap::new();
+        for p in &s.spec.ports {
+            b.insert(p.name.clone().unwrap_or_default(), eps.iter().map(|e| be(e)).collect());
+        }
+        OwnedService { service: s.clone(), backends: b }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// Any sequence of batches applied incrementally leaves the table a full build
+        /// of the same services gives.
+        #[test]
+        fn incremental_batches_end_where_a_full_build_does(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0..CASES.len(), proptest::option::of(0u8..64)), 1..4),
+                1..12,
+            )
+        ) {
+            let svcs = services();
+            let node = input(vec![]);
+            let (mut p, mut m) = (Planner::new(), Model::default());
+            let mut live: Map<Key, OwnedService> = Map::new();
+            for batch in steps {
+                let mut keys = Vec::new();
+                for (i, mask) in batch {
+                    let k = key(&svcs[i]);
+                    match mask {
+                        Some(mask) => { live.insert(k.clone(), backends_of(&svcs[i], mask)); }
+                        None => { live.remove(&k); }
+                    }
+                    keys.push(k);
+                }
+                sync(&mut p, &mut m, &node, &live, keys);
+            }
+            let inputs: Vec<ServiceInput> =
+                live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect();
+            let want = build(&input(inputs));
+            prop_assert_eq!(Model::of(&want), m);
+        }
+    }
 }

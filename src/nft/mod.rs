@@ -25,4 +25,4 @@ pub use error::{KernelError, NftError};
 pub use events::{EventStream, TableEvent};
 pub use ir::*;
 pub use socket::{NftSocket, TxStats};
-pub use sync::{delete_table, full_sync, partial_sync, SyncReport, Syncer};
+pub use sync::{delete_table, full_sync, partial_sync, SyncReport};
