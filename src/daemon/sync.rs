@@ -412,13 +412,16 @@ fn node_input(st: &State) -> Input<'static> {
 }
 
 /// The worker's copy of one stored service.
-fn owned(st: &State, key: &Key) -> Option<OwnedService> {
-    let service = st.registry.get_service(&key.0, &key.1).ok()?;
+fn owned(st: &State, service: &crate::model::Service) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
-    for p in st.registry.backends(&service) {
+    for p in st.registry.backends(service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
-    Some(OwnedService { service, backends })
+    OwnedService { service: service.clone(), backends }
+}
+
+fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
+    st.registry.get_service(&key.0, &key.1).ok().map(|s| owned(st, &s))
 }
 
 /// The batch the state asks for now, if any: O(changed services), except a rebuild.
@@ -431,15 +434,12 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
         return None;
     }
     let changed = if rebuild {
-        let keys: Vec<Key> = s
-            .registry
-            .list_services(None)
-            .iter()
-            .map(|svc| (svc.namespace().to_string(), svc.name().to_string()))
-            .collect();
-        keys.into_iter().map(|k| (k.clone(), owned(s, &k))).collect()
+        s.registry
+            .services()
+            .map(|svc| ((svc.namespace().to_string(), svc.name().to_string()), Some(owned(s, svc))))
+            .collect()
     } else {
-        dirty.into_iter().map(|k| (k.clone(), owned(s, &k))).collect()
+        dirty.into_iter().map(|k| (k.clone(), owned_by_key(s, &k))).collect()
     };
     Some(SyncRequest { node: node_input(s), changed, rebuild, check })
 }

@@ -89,17 +89,14 @@ pub struct ServicePieces {
 }
 
 impl ServicePieces {
-    /// Adds these objects to a ruleset that holds the skeleton.
+    /// Adds these objects to a ruleset that holds the skeleton (shared elements as they
+    /// are: a caller merging several services dedups them).
     pub fn merge_into(self, rs: &mut Ruleset) {
         rs.sets.extend(self.sets);
         rs.chains.extend(self.chains);
         for (map, el) in self.elements.into_iter().chain(self.shared) {
             match rs.elements.iter_mut().find(|(name, _)| *name == map) {
-                Some((_, els)) => {
-                    if !els.contains(&el) {
-                        els.push(el)
-                    }
-                }
+                Some((_, els)) => els.push(el),
                 None => rs.elements.push((map, vec![el])),
             }
         }

@@ -33,12 +33,6 @@ pub struct OwnedService {
     pub backends: BTreeMap<String, Vec<Backend>>,
 }
 
-impl OwnedService {
-    fn input(&self) -> ServiceInput<'_> {
-        ServiceInput { service: &self.service, backends: self.backends.clone() }
-    }
-}
-
 /// What one plan asks of the kernel.
 #[derive(Debug)]
 pub enum Change {
@@ -200,8 +194,9 @@ impl Planner {
                     self.forget(old, &mut shared_gone);
                 }
             }
-            if let Some(svc) = svc {
-                let mut pieces = build_service(node, &svc.input());
+            if let Some(mut svc) = svc {
+                let backends = std::mem::take(&mut svc.backends);
+                let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
                 self.claims.claim(&key, &mut pieces);
                 self.remember(&pieces, &mut shared_new);
                 if !full {
