@@ -20,5 +20,6 @@ pub mod netwatch;
 pub mod nft;
 pub mod registry;
 pub mod store;
+pub mod ubus;
 
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -53,6 +53,7 @@ pub struct RawConfig {
     pub max_connections: Option<i64>,
     pub idle_timeout_seconds: Option<i64>,
     pub resync_interval_seconds: Option<i64>,
+    pub ubus: Option<String>,
 }
 
 /// `node_ip = "198.18.0.1"` or `node_ip = ["198.18.0.1", "2001:db8::1"]`.
@@ -174,6 +175,8 @@ pub struct Config {
     pub max_connections: usize,
     pub idle_timeout_seconds: u64,
     pub resync_interval_seconds: u64,
+    /// The native ubus object: `auto`, `off` or ubusd's socket.
+    pub ubus: crate::ubus::Setting,
 }
 
 impl Default for Config {
@@ -300,6 +303,8 @@ impl Config {
             other => other,
         };
         let socket_group = raw.socket_group.filter(|s| !s.is_empty());
+        let ubus_s = raw.ubus.unwrap_or_else(|| "auto".into());
+        let ubus = crate::ubus::Setting::parse(&ubus_s).map_err(|e| bad("ubus", format_args!("{ubus_s:?}"), e))?;
         Ok(Config {
             node_name,
             node_ips,
@@ -320,6 +325,7 @@ impl Config {
             idle_timeout_seconds: int_in("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)? as u64,
             resync_interval_seconds: int_in("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?
                 as u64,
+            ubus,
         })
     }
 
@@ -383,6 +389,7 @@ impl Config {
             max_connections: Some(self.max_connections as i64),
             idle_timeout_seconds: Some(self.idle_timeout_seconds as i64),
             resync_interval_seconds: Some(self.resync_interval_seconds as i64),
+            ubus: Some(self.ubus.to_string()),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
     }
@@ -425,6 +432,15 @@ mod tests {
         assert_eq!(c.service_cidrs, vec!["10.96.0.0/16".parse::<IpNet>().unwrap()]);
         assert_eq!(c.table, "nodeportd");
         assert!(c.nodeport_addresses_default);
+        assert_eq!(c.ubus, crate::ubus::Setting::Auto);
+    }
+
+    #[test]
+    fn ubus_takes_auto_off_or_a_path() {
+        assert_eq!(Config::from_toml("ubus = \"off\"").unwrap().ubus, crate::ubus::Setting::Off);
+        let c = Config::from_toml("ubus = \"/tmp/ubus.sock\"").unwrap();
+        assert_eq!(c.ubus, crate::ubus::Setting::Path("/tmp/ubus.sock".into()));
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap().ubus, c.ubus);
     }
 
     #[test]
@@ -450,6 +466,8 @@ mod tests {
             ("masquerade_bit = 32", "masquerade_bit", "32"),
             ("log_level = \"loud\"", "log_level", "loud"),
             ("node_ip = \"1.2.3\"", "node_ip", "1.2.3"),
+            ("ubus = \"on\"", "ubus", "on"),
+            ("ubus = \"var/run/ubus.sock\"", "ubus", "var/run/ubus.sock"),
         ] {
             let e = Config::from_toml(text).unwrap_err();
             assert!(e.0.contains(key) && e.0.contains(val), "{text} -> {e}");

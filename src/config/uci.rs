@@ -286,7 +286,7 @@ fn entry_to_toml(e: &UciEntry) -> Result<toml::Value, UciError> {
 /// Scalar string keys of the TOML config (a `list` for them is a mistake worth naming).
 fn is_known_scalar(key: &str) -> bool {
     matches!(key, "node_name" | "socket" | "socket_group" | "state_dir" | "service_node_port_range" | "table")
-        || matches!(key, "status_led" | "log_level")
+        || matches!(key, "status_led" | "log_level" | "ubus")
 }
 
 /// Map the `config nodeportd` section of a UCI file to a TOML table with the same keys
@@ -360,6 +360,7 @@ config nodeportd 'main'
 	option max_connections '32'
 	option idle_timeout_seconds '120'
 	option resync_interval_seconds '600'
+	option ubus '/var/run/ubus/ubus.sock'
 
 config init 'init'
 	list reload_interface 'lan'
@@ -386,6 +387,7 @@ config init 'init'
         assert_eq!(t["max_connections"].as_integer(), Some(32));
         assert_eq!(t["idle_timeout_seconds"].as_integer(), Some(120));
         assert_eq!(t["resync_interval_seconds"].as_integer(), Some(600));
+        assert_eq!(t["ubus"].as_str(), Some("/var/run/ubus/ubus.sock"));
         assert!(!t.contains_key("reload_interface"), "init-script options stay out of the daemon's config");
     }
 
@@ -406,6 +408,7 @@ config init 'init'
         assert_eq!(c.max_connections, 32);
         assert_eq!(c.idle_timeout_seconds, 120);
         assert_eq!(c.resync_interval_seconds, 600);
+        assert_eq!(c.ubus, crate::ubus::Setting::Path("/var/run/ubus/ubus.sock".into()));
     }
 
     /// Every key the config can print (`--check-config`) can be written in UCI and reads

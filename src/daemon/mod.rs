@@ -13,6 +13,7 @@ pub mod node;
 pub mod run;
 pub mod status;
 pub mod sync;
+pub mod ubus;
 
 pub use run::State;
 

@@ -41,6 +41,8 @@ pub struct State {
     /// (the resync timer): it repairs drift by difference.
     pub check_kernel: bool,
     pub wake: Rc<Notify>,
+    /// Events for the native ubus object (`super::ubus`).
+    pub ubus: crate::ubus::Events,
 }
 
 impl State {
@@ -132,6 +134,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
         // The data plane worker thread owns the kernel; starting it fails without nf_tables.
         let (worker, outcomes) = super::sync::Worker::start(&cfg, args.dry_run)?;
         let wake = Rc::new(Notify::new());
+        let (ubus_events, ubus_rx) = crate::ubus::Events::channel();
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
         let st = Rc::new(RefCell::new(State {
             registry,
@@ -146,6 +149,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             check_kernel: false,
             node_changed: false,
             wake: wake.clone(),
+            ubus: ubus_events,
             cfg: cfg.clone(),
         }));
 
@@ -156,9 +160,8 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             idle_timeout: Duration::from_secs(cfg.idle_timeout_seconds),
         };
         let handler_state = st.clone();
-        let handler: server::Handler = Rc::new(move |method, params, _cred| {
-            super::handlers::call(&mut handler_state.borrow_mut(), method, params)
-        });
+        let handler: server::Handler =
+            Rc::new(move |method, params, _cred| super::ubus::call(&handler_state, method, params));
         tokio::task::spawn_local(server::serve(listener, handler, limits, group));
 
         // Status LED: on = in sync, blinking = out of sync, off = stopped.
@@ -169,6 +172,7 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             }
         }
 
+        super::ubus::spawn(&st, ubus_rx, led_tx.subscribe());
         tokio::task::spawn_local(super::sync::sync_loop(st.clone(), worker, outcomes, led_tx.clone()));
         // The restored objects must reach the kernel now, not at the first API call or
         // resync tick: `full_resync` is already set, the loop only needs waking.
@@ -228,6 +232,7 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         ("socket_group", new.socket_group != old.socket_group),
         ("state_dir", new.state_dir != old.state_dir),
         ("table", new.table != old.table),
+        ("ubus", new.ubus != old.ubus),
     ] {
         if changed {
             log::error!(

@@ -2,8 +2,8 @@
 # Tests of the OpenWrt package (openwrt-package/): the .ipk archives, the shell
 # files, the fw4 include, the init script's procd calls, and the daemon run from
 # the extracted x86_64 .ipk with its packaged UCI config, driven through the
-# rpcd plugin the way rpcd calls it. Run as root (CI does): it uses a network
-# namespace of its own.
+# packaged nodeportctl (the native ubus object is tested against a ubusd stand-in in
+# tests/ubus_standin.rs). Run as root (CI does): it uses a network namespace of its own.
 #
 #   tests/package/run.sh
 set -uo pipefail
@@ -219,14 +219,14 @@ for ipk in "${ipks[@]}"; do
 	check "$name: the data tree is what the Makefile installs" \
 		diff "$work/expected.full" <(tar_tree "$x/data.tar.gz" | sort)
 	check "$name: nodeportctl links to nodeportd" test "$(readlink "$x/data/usr/sbin/nodeportctl")" = nodeportd
-	check "$name: init script and rpcd plugin are executable" \
-		test -x "$x/data/etc/init.d/nodeportd" -a -x "$x/data/usr/libexec/rpcd/nodeportd"
+	check "$name: init script is executable; no rpcd plugin (the daemon owns its ubus object)" \
+		test -x "$x/data/etc/init.d/nodeportd" -a ! -e "$x/data/usr/libexec/rpcd/nodeportd"
 	check "$name: the state directory survives sysupgrade" \
 		test "$(cat "$x/data/lib/upgrade/keep.d/nodeportd")" = /etc/nodeportd/
 done
 
 # --- shell files -------------------------------------------------------------------
-router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults" "$files/nodeportd.rpcd"
+router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults"
 	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/prerm-pkg")
 for f in "${router_sh[@]}"; do
 	rel=${f#"$root"/}
@@ -366,7 +366,7 @@ check "prerm-pkg: an upgrade keeps the rules (exits before stopping anything)" b
 check "prerm-pkg: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
 	out=\$(IPKG_INSTROOT=/tmp/image sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
 
-# --- the daemon from the package, driven through the rpcd plugin ------------------------------
+# --- the daemon from the package, driven through the packaged nodeportctl ---------------------
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip -n "$ns" link add br-lan type bridge
@@ -384,72 +384,75 @@ for _ in $(seq 1 100); do
 done
 check "the packaged daemon starts in --dry-run with the packaged UCI config" test -S "$sock"
 
-# rpcd runs `PLUGIN list` and `PLUGIN call METHOD` with the arguments as JSON on stdin,
-# and takes a JSON object from stdout. Here under busybox ash and applets, as on OpenWrt.
+check "the packaged config leaves the native ubus object on auto" bash -c \
+	"'$troot/usr/sbin/nodeportd' --check-config --config '$troot/etc/config/nodeportd' | grep -qx 'ubus = \"auto\"'"
+
+# The methods as the ubus object calls them (its names with '.' for '_'), through the
+# packaged nodeportctl under busybox's environment: the result on stdout, or the error
+# worded as the ubus object words it on stderr.
 bb="$work/busybox"
 mkdir -p "$bb"
 busybox --install -s "$bb"
-plugin="$troot/usr/libexec/rpcd/nodeportd"
-rpcd() {
-	ip netns exec "$ns" env -i PATH="$bb" NODEPORTCTL="$troot/usr/sbin/nodeportctl" \
-		NODEPORTD_SOCKET="$sock" "$bb/sh" "$plugin" "$@"
+ctl() {
+	ip netns exec "$ns" env -i PATH="$bb" NODEPORTD_SOCKET="$sock" "$troot/usr/sbin/nodeportctl" rpc "$1" -
 }
 
-listed=$(rpcd list)
-check "plugin list: every method with its signature" jq -e '
-	(keys | sort) == (["endpoints_apply","endpoints_delete","endpoints_get","endpoints_list","service_apply","service_delete","service_get","service_list","status"])
-	and (.service_apply.object | type) == "object" and (.service_get.name | type) == "string"' <<<"$listed"
-
-# `call` with the session id uhttpd adds to every call it forwards.
+# Calls with the session id uhttpd adds to every call it forwards (ignored).
 session='"ubus_rpc_session": "0123456789abcdef0123456789abcdef"'
 service='{"apiVersion":"v1","kind":"Service","metadata":{"name":"web","namespace":"default"},"spec":{"type":"NodePort","selector":{"app":"web"},"ports":[{"name":"http","port":80,"protocol":"TCP","targetPort":8080}]}}'
 endpoints='{"apiVersion":"v1","kind":"Endpoints","metadata":{"name":"web","namespace":"default"},"subsets":[{"addresses":[{"ip":"198.18.78.2"}],"ports":[{"name":"http","port":8080,"protocol":"TCP"}]}]}'
 
-status=$(echo "{ $session }" | rpcd call status)
+status=$(echo "{ $session }" | ctl status)
 # shellcheck disable=SC2016 # $v is a jq variable
-check "plugin call status: version, node addresses on br-lan, dataplane" jq -e --arg v "$cargo_version" '
+check "call status: version, node addresses on br-lan, dataplane" jq -e --arg v "$cargo_version" '
 	.version == $v and (.node.addresses | tostring | contains("198.18.77.1"))
 	and (.dataplane | type) == "object" and (.nodePorts.range | tostring | contains("30000"))' <<<"$status"
 
-applied=$(echo "{ \"object\": $service, $session }" | rpcd call service_apply)
-check "plugin call service_apply: created, with a NodePort and a ClusterIP" jq -e '
+applied=$(echo "{ \"object\": $service, $session }" | ctl service.apply)
+check "call service_apply: created, with a NodePort and a ClusterIP" jq -e '
 	.action == "created" and .object.metadata.name == "web"
 	and (.object.spec.ports[0].nodePort >= 30000 and .object.spec.ports[0].nodePort <= 32767)
 	and (.object.spec.clusterIP | startswith("10.96."))' <<<"$applied"
 node_port=$(jq -r '.object.spec.ports[0].nodePort' <<<"$applied" 2>/dev/null)
 
-check "plugin call service_apply again: unchanged" jq -e '.action == "unchanged"' \
-	<<<"$(echo "{ \"object\": $service, $session }" | rpcd call service_apply)"
-check "plugin call endpoints_apply: created" jq -e '.action == "created"' \
-	<<<"$(echo "{ \"object\": $endpoints, $session }" | rpcd call endpoints_apply)"
+check "call service_apply again: unchanged" jq -e '.action == "unchanged"' \
+	<<<"$(echo "{ \"object\": $service, $session }" | ctl service.apply)"
+check "call endpoints_apply: created" jq -e '.action == "created"' \
+	<<<"$(echo "{ \"object\": $endpoints, $session }" | ctl endpoints.apply)"
 # shellcheck disable=SC2016 # $p is a jq variable
-check "plugin call service_get: the stored Service with its NodePort" jq -e --argjson p "${node_port:-0}" '
+check "call service_get: the stored Service with its NodePort" jq -e --argjson p "${node_port:-0}" '
 	.object.metadata.name == "web" and .object.spec.ports[0].nodePort == $p' \
-	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_get)"
-check "plugin call service_list: one item" jq -e '(.items | type) == "array" and (.items | length) == 1' \
-	<<<"$(echo "{ $session }" | rpcd call service_list)"
-check "plugin call endpoints_get: the stored Endpoints" jq -e '.object.subsets[0].addresses[0].ip == "198.18.78.2"' \
-	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", \"kind\": \"Endpoints\", $session }" | rpcd call endpoints_get)"
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | ctl service.get)"
+check "call service_list: one item" jq -e '(.items | type) == "array" and (.items | length) == 1' \
+	<<<"$(echo "{ $session }" | ctl service.list)"
+check "call endpoints_get: the stored Endpoints" jq -e '.object.subsets[0].addresses[0].ip == "198.18.78.2"' \
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", \"kind\": \"Endpoints\", $session }" | ctl endpoints.get)"
 
 sleep 1
 check "the dry run printed rules for the NodePort and the endpoint" bash -c \
 	"grep -q '${node_port:-none}' '$work/daemon.out' && grep -q '198.18.78.2' '$work/daemon.out'"
 
-absent=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | rpcd call service_get)
-check "plugin call service_get of a missing Service: a NotFound error naming it" jq -e '
-	.error.reason == "NotFound" and (.error.message | test("nope"))' <<<"$absent"
-bad=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | rpcd call service_apply)
-check "plugin call service_apply of an invalid Service: an error object naming it" jq -e '
-	.error.reason == "Invalid" and (.error.message | test("Bad_Name"))' <<<"$bad"
-if out=$(echo '{}' | rpcd call no_such_method); then
-	not_ok "plugin call of an unknown method fails" "$out"
+if out=$(echo "{ \"namespace\": \"default\", \"name\": \"nope\", $session }" | ctl service.get 2>&1); then
+	not_ok "call service_get of a missing Service fails" "$out"
 else
-	check "plugin call of an unknown method fails with an error object" jq -e '.error.message | test("no_such_method")' <<<"$out"
+	check "call service_get of a missing Service: a NotFound error naming it" \
+		grep -q 'Error from server (NotFound): .*nope' <<<"$out"
 fi
-check "plugin call service_delete: the deleted Service" jq -e '.object.metadata.name == "web"' \
-	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | rpcd call service_delete)"
-check "plugin call service_list after delete: empty" jq -e '(.items | type) == "array" and (.items | length) == 0' \
-	<<<"$(echo '{}' | rpcd call service_list)"
+if out=$(echo "{ \"object\": {\"kind\": \"Service\", \"metadata\": {\"name\": \"Bad_Name\"}}, $session }" | ctl service.apply 2>&1); then
+	not_ok "call service_apply of an invalid Service fails" "$out"
+else
+	check "call service_apply of an invalid Service: an Invalid error naming it" \
+		grep -q 'Error from server (Invalid): .*Bad_Name' <<<"$out"
+fi
+if out=$(echo '{}' | ctl no_such_method 2>&1); then
+	not_ok "call of an unknown method fails" "$out"
+else
+	check "call of an unknown method fails, naming it" grep -q 'no_such_method' <<<"$out"
+fi
+check "call service_delete: the deleted Service" jq -e '.object.metadata.name == "web"' \
+	<<<"$(echo "{ \"namespace\": \"default\", \"name\": \"web\", $session }" | ctl service.delete)"
+check "call service_list after delete: empty" jq -e '(.items | type) == "array" and (.items | length) == 0' \
+	<<<"$(echo '{}' | ctl service.list)"
 
 kill "$daemon_pid" 2>/dev/null
 if wait "$daemon_pid"; then
@@ -458,8 +461,11 @@ else
 	not_ok "the daemon stops cleanly on SIGTERM" "$(tail -n 20 "$work/daemon.err")"
 fi
 daemon_pid=""
-check "plugin call with the daemon stopped: an error object, not a crash" jq -e '.error.message | length > 0' \
-	<<<"$(echo '{}' | rpcd call status)"
+if out=$(echo '{}' | ctl status 2>&1); then
+	not_ok "call with the daemon stopped fails" "$out"
+else
+	check "call with the daemon stopped: a message, not a crash" grep -q 'is the daemon running' <<<"$out"
+fi
 
 # --- fw4 coexistence, with real traffic --------------------------------------------------
 # A router namespace with an fw4-like forward chain (policy drop, established/related
@@ -534,12 +540,11 @@ for _ in $(seq 1 100); do
 done
 check "the packaged daemon starts for real in the router namespace" test -S "$sock2"
 
-rpcd_r() {
-	ip netns exec "$r" env -i PATH="$bb" NODEPORTCTL="$troot/usr/sbin/nodeportctl" \
-		NODEPORTD_SOCKET="$sock2" "$bb/sh" "$plugin" "$@"
+ctl_r() {
+	ip netns exec "$r" env -i PATH="$bb" NODEPORTD_SOCKET="$sock2" "$troot/usr/sbin/nodeportctl" rpc "$1" -
 }
-applied=$(echo "{ \"object\": $service }" | rpcd_r call service_apply)
-echo "{ \"object\": $endpoints }" | rpcd_r call endpoints_apply >/dev/null
+applied=$(echo "{ \"object\": $service }" | ctl_r service.apply)
+echo "{ \"object\": $endpoints }" | ctl_r endpoints.apply >/dev/null
 np=$(jq -r '.object.spec.ports[0].nodePort // empty' <<<"$applied" 2>/dev/null)
 cip=$(jq -r '.object.spec.clusterIP // empty' <<<"$applied" 2>/dev/null)
 
@@ -599,8 +604,8 @@ check "after nft flush ruleset the daemon restores its table and the NodePort an
 # data plane is in sync, and off once the daemon stops.
 check "status LED: trigger set to none" test "$(cat "$led/trigger")" = none
 check "status LED: steadily on while the data plane is in sync" bash -c "
-	$(declare -f rpcd_r); r='$r' bb='$bb' troot='$troot' sock2='$sock2' plugin='$plugin'
-	echo '{}' | rpcd_r call status | jq -e '.dataplane.inSync == true' >/dev/null || exit 1
+	$(declare -f ctl_r); r='$r' bb='$bb' troot='$troot' sock2='$sock2'
+	echo '{}' | ctl_r status | jq -e '.dataplane.inSync == true' >/dev/null || exit 1
 	for i in 1 2 3 4 5 6 7 8 9 10; do [ \"\$(cat '$led/brightness')\" = 255 ] || exit 1; sleep 0.25; done"
 kill "$daemon_pid" 2>/dev/null
 wait "$daemon_pid" 2>/dev/null
