@@ -17,6 +17,9 @@
 #                         batches of 100 services with 3 endpoints each)
 #   NP_QEMU_BENCH_OUT     file the benchmark table rows are appended to
 #                         (default: <work>/bench.md)
+#   NP_QEMU_CHAOS=N       test aid for the console channel: the first copy of
+#                         about one line in N sent to the guest is dropped,
+#                         loses bytes or loses its newline (it must be resent)
 #
 # qemu-user cannot run these checks: it refuses NETLINK_NETFILTER sockets.
 set -euo pipefail
@@ -460,7 +463,16 @@ send_acked() {
 	pat=$(printf '^(%s)\r?$' "$(printf '%s|' "$@" | sed 's/|$//; s/\./\\./g')")
 	for try in $(seq 40); do
 		[ "$try" -gt 1 ] && echo "$((try - 1)) $line" | cut -c1-60 >>"$d/resends"
-		printf '%s\n' "$line" >&"$CONFD"
+		if [ "$try" = 1 ] && [ "${NP_QEMU_CHAOS:-0}" -gt 0 ] && [ $((RANDOM % NP_QEMU_CHAOS)) = 0 ]; then
+			# Test aid: lose this first copy the ways a serial line does.
+			case $((RANDOM % 3)) in
+			0) echo "chaos: dropped" >>"$d/chaos" ;;
+			1) printf '%s\n' "${line:0:20}${line:22}" >&"$CONFD" && echo "chaos: 2 bytes lost" >>"$d/chaos" ;;
+			2) printf '%s' "${line:0:30}" >&"$CONFD" && echo "chaos: cut, no newline" >>"$d/chaos" ;;
+			esac
+		else
+			printf '%s\n' "$line" >&"$CONFD"
+		fi
 		wait=$((try < 3 ? 30 : 100))
 		for _ in $(seq "$wait"); do
 			grep -a -q -E "$pat" "$d/console.log" 2>/dev/null && return 0
@@ -859,7 +871,9 @@ run_arch() {
 		tail -n 40 "$RUN/$ARCH/nodeportd.log" >&2 || true
 	fi
 	cleanup_arch
-	echo "TIME $ARCH $(($(date +%s) - t0)) boot=${BOOT_SECS:-?}" >>"$RUN/results"
+	touch "$RUN/$ARCH/resends" "$RUN/$ARCH/chaos"
+	log "console lines resent: $(wc -l <"$RUN/$ARCH/resends") (chaos injected: $(wc -l <"$RUN/$ARCH/chaos"))"
+	echo "TIME $ARCH $(($(date +%s) - t0)) boot=${BOOT_SECS:-?} resent=$(wc -l <"$RUN/$ARCH/resends")" >>"$RUN/results"
 	log "done in $(($(date +%s) - t0)) s (boot ${BOOT_SECS:-?} s); logs in $WORK/logs/$ARCH-*"
 }
 
