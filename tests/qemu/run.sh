@@ -745,7 +745,7 @@ check_dataplane() {
 	# masquerade.
 	wait_answer "[$WAN_IP6]" "$np_web6" 30 || true
 	# 20 requests, as for IPv4: numgen picks each backend with p = 1/2, so 12 all
-	# to one backend (1 in 2048) was seen once in about 20 runs.
+	# to one backend (p = 1 in 2048) happened once, in the sixth guest run.
 	r=$(spread "[$WAN_IP6]" "$np_web6" 20)
 	log "ipv6 tcp spread over 20: $r"
 	case $r in *be1=*be2=*) pass ipv6-tcp-spread-both-backends ;; *) fail ipv6-tcp-spread-both-backends "$r" ;; esac
