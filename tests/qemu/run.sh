@@ -576,7 +576,6 @@ check_payload() {
 755 regular file /etc/init.d/nodeportd
 600 regular file /etc/config/nodeportd
 755 directory /etc/nodeportd
-755 regular file /usr/libexec/rpcd/nodeportd
 644 regular file /usr/share/rpcd/acl.d/nodeportd.json
 644 regular file /usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft"
 	[ "$PAYLOAD" = apk ] && want="$want
