@@ -17,8 +17,10 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=cross/targets.sh
+. "$ROOT/cross/targets.sh"
 
-DEFAULT_TARGETS="mips mipsel armv7 aarch64 x86_64"
+DEFAULT_TARGETS=$(np_default_targets)
 # The MIPS and armv7 musl std is built from source with this nightly. Other zig or nightly
 # versions have produced MIPS binaries that crash in tokio's start-up, so both are pinned.
 NIGHTLY=${NODEPORTD_NIGHTLY:-nightly}
@@ -41,17 +43,7 @@ stable_toolchain() {
 }
 STABLE=$(stable_toolchain)
 
-triple_of() {
-    case "$1" in
-        mips | mips-unknown-linux-musl) echo mips-unknown-linux-musl ;;
-        mipsel | mipsle | mipsel-unknown-linux-musl) echo mipsel-unknown-linux-musl ;;
-        armv7 | armhf | arm | armv7-unknown-linux-musleabihf) echo armv7-unknown-linux-musleabihf ;;
-        aarch64 | arm64 | aarch64-unknown-linux-musl) echo aarch64-unknown-linux-musl ;;
-        x86_64 | amd64 | x86_64-unknown-linux-musl) echo x86_64-unknown-linux-musl ;;
-        s390x | s390x-unknown-linux-gnu) echo s390x-unknown-linux-gnu ;;
-        *) return 1 ;;
-    esac
-}
+triple_of() { np_triple "$1"; }
 
 # How each triple is built:
 #   buildstd  nightly + -Z build-std, linked by zig (tier 3, or no std download here)
@@ -299,7 +291,7 @@ main() {
                 continue
                 ;;
         esac
-        tr=$(triple_of "$t") || die "unknown target '$t' (known: all $DEFAULT_TARGETS s390x, or their Rust triples)"
+        tr=$(triple_of "$t") || die "unknown target '$t' (known: all $(np_all_targets), or their Rust triples)"
         triples+=("$tr")
     done
     command -v rustup >/dev/null || die "rustup is required"

@@ -1,18 +1,27 @@
 #!/usr/bin/env bash
-# Build OpenWrt .ipk packages from the static release binaries, without the SDK.
+# Build OpenWrt packages from the static release binaries, without the SDK: an
+# .ipk (opkg, OpenWrt 24.10 and older) and an .apk (apk v3, OpenWrt 25.12 and
+# later) for each OpenWrt architecture of each target.
 #
 #   openwrt-package/build-ipk.sh [TARGET...]
 #
-# TARGET is a Rust target triple with a binary at dist/TARGET/nodeportd (what
+# TARGET is a short name (mips, mipsel, armv7, aarch64, x86_64, s390x), an alias
+# or a Rust triple (cross/targets.sh) with a binary at dist/TRIPLE/nodeportd (what
 # cross/build.sh produces); without arguments every target found in dist/ is
-# packed. Output: dist/ipk/nodeportd_VERSION_ARCH.ipk, VERSION from Cargo.toml.
+# packed. Output, with VERSION from Cargo.toml and RELEASE from the Makefile:
+#   dist/ipk/nodeportd_VERSION-RELEASE_ARCH.ipk
+#   dist/apk/ARCH/nodeportd-VERSION-rRELEASE.apk   (apk names carry no arch:
+#                                                   OpenWrt keeps one directory per arch)
 #
 # The file list is not repeated here: the install section of the feed Makefile
 # (openwrt-package/nodeportd/Makefile) is executed with the meaning the OpenWrt
-# buildroot gives its $(INSTALL_*) and $(LN) macros, so the .ipk holds exactly
-# what the SDK build would install. Like OpenWrt's ipkg-build, the archives are
-# gzip-compressed tars (opkg reads no ar archive), owned by 0:0, sorted, and
-# dated SOURCE_DATE_EPOCH (default: the last commit), so rebuilds are identical.
+# buildroot gives its $(INSTALL_*) and $(LN) macros, so the packages hold exactly
+# what the SDK build would install. Like OpenWrt's ipkg-build, the .ipk archives
+# are gzip-compressed tars (opkg reads no ar archive), owned by 0:0, sorted, and
+# dated SOURCE_DATE_EPOCH (default: the last commit). The .apk is what
+# include/package-pack.mk has `apk mkpkg` write (info fields, scripts,
+# /lib/apk/packages/nodeportd.{list,conffiles,conffiles_static}), written by
+# apkv3.py beside this script. Rebuilds are byte-identical.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,43 +30,20 @@ pkgdir="$here/nodeportd"
 makefile="$pkgdir/Makefile"
 dist="${DIST_DIR:-$root/dist}"
 out="$dist/ipk"
+apkout="$dist/apk"
+# shellcheck source=cross/targets.sh
+. "$root/cross/targets.sh"
 
 die() {
 	echo "build-ipk: $*" >&2
 	exit 1
 }
 
-# Rust target -> OpenWrt package architectures (one binary can serve several).
-archs_for() {
-	case "$1" in
-	mips-unknown-linux-musl) echo mips_24kc ;;
-	mipsel-unknown-linux-musl) echo mipsel_24kc ;;
-	armv7-unknown-linux-musleabihf) echo arm_cortex-a7_neon-vfpv4 ;;
-	aarch64-unknown-linux-musl) echo aarch64_cortex-a53 aarch64_generic ;;
-	x86_64-unknown-linux-musl) echo x86_64 ;;
-	# Not a router: the QEMU tests boot an s390x guest to run big-endian 64-bit.
-	s390x-unknown-linux-musl | s390x-unknown-linux-gnu) echo s390x ;;
-	*) return 1 ;;
-	esac
-}
-
-# ELF class, byte order and machine each target's binary must have.
-elf_for() {
-	case "$1" in
-	mips-unknown-linux-musl) echo "1 2 8" ;;
-	mipsel-unknown-linux-musl) echo "1 1 8" ;;
-	armv7-unknown-linux-musleabihf) echo "1 1 40" ;;
-	aarch64-unknown-linux-musl) echo "2 1 183" ;;
-	x86_64-unknown-linux-musl) echo "2 1 62" ;;
-	s390x-unknown-linux-musl | s390x-unknown-linux-gnu) echo "2 2 22" ;;
-	esac
-}
-
 # Refuse a binary for the wrong CPU: on a router that is a package that installs
 # and then fails to start.
 check_elf() {
 	local file=$1 target=$2 want class data machine
-	want=$(elf_for "$target")
+	want=$(np_elf "$target")
 	[ "$(head -c 4 "$file" | od -An -tx1 | tr -d ' \n')" = 7f454c46 ] || die "$file is not an ELF binary"
 	class=$(od -An -tu1 -j4 -N1 "$file" | tr -d ' ')
 	data=$(od -An -tu1 -j5 -N1 "$file" | tr -d ' ')
@@ -96,18 +82,32 @@ pkg_field() {
 	mk_define Package/nodeportd | sed -n "s/^[[:space:]]*$1:=[[:space:]]*//p"
 }
 
-# Depends for the control file: `+pkg` entries; `$(...)` and `@...` are build-time
-# conditions of the buildroot and have no place in the control file.
-control_depends() {
-	local dep deps=""
+# Depends: the `+pkg` entries of DEPENDS, after the buildroot's PKG_FIXUP_DEPENDS
+# (include/package-defaults.mk), which puts `+libc` first for every package but
+# kernel modules. `$(...)` and `@...` are build-time conditions of the buildroot
+# and have no place in a package. One name a line.
+depends_list() {
+	local dep
+	echo libc
 	for dep in $(pkg_field DEPENDS); do
 		case "$dep" in
-		+*) deps="${deps:+$deps, }${dep#+}" ;;
+		+libc) ;;
+		+*) echo "${dep#+}" ;;
 		\$\(* | @*) ;;
 		*) die "unsupported DEPENDS entry '$dep' in $makefile" ;;
 		esac
 	done
-	echo "$deps"
+}
+
+# The description as the buildroot's $(strip ...) leaves it: one line.
+description_line() {
+	mk_define Package/nodeportd/description | tr '\n\t' '  ' | sed -e 's/  */ /g' -e 's/^ //' -e 's/ $//'
+}
+
+# Package/nodeportd/NAME (postinst, prerm) with make's $$ unescaped, if defined.
+pkg_script() {
+	grep -qx "define Package/nodeportd/$1" "$makefile" || return 1
+	mk_define "Package/nodeportd/$1" | sed 's/\$\$/$/g'
 }
 
 # Run the Makefile's install section into $1 with the buildroot's macros:
@@ -151,38 +151,47 @@ tar_det() {
 		--mtime="@$epoch" "$@"
 }
 
-build_one() {
-	local target=$1 arch=$2 bin=$3 work data ctrl size file
-	work=$(mktemp -d)
-	# shellcheck disable=SC2064
-	trap "rm -rf '$work'" RETURN
-	data="$work/data"
-	ctrl="$work/control"
-	mkdir -p "$data" "$ctrl" "$work/bin"
-	chmod 0755 "$data" "$ctrl"
-	cp "$bin" "$work/bin/nodeportd"
-
-	run_install "$data" "$work/bin"
-
-	# conffiles lists the regular files among Package/nodeportd/conffiles; the other
-	# entries (the state directory) are kept over sysupgrade through keep.d, as the
-	# buildroot does.
-	: >"$ctrl/conffiles"
-	local keep="" entry
+# The package tree of one binary (what the buildroot's IDIR holds): the install
+# section, then keep.d for the conffiles entries that are not files (the state
+# directory), which sysupgrade keeps, as package-pack.mk does.
+stage_tree() {
+	local data=$1 bin=$2 keep="" entry
+	mkdir -p "$data" "$data.bin"
+	chmod 0755 "$data"
+	cp "$bin" "$data.bin/nodeportd"
+	run_install "$data" "$data.bin"
+	rm -rf "$data.bin"
 	while IFS= read -r entry; do
 		entry="${entry#"${entry%%[![:space:]]*}"}"
 		[ -z "$entry" ] && continue
-		if [ -f "$data$entry" ]; then
-			echo "$entry" >>"$ctrl/conffiles"
-		else
-			keep="$keep$entry"$'\n'
-		fi
+		[ -f "$data$entry" ] || keep="$keep$entry"$'\n'
 	done < <(mk_define Package/nodeportd/conffiles)
 	if [ -n "$keep" ]; then
 		install -d -m0755 "$data/lib" "$data/lib/upgrade" "$data/lib/upgrade/keep.d"
 		printf '%s' "$keep" >"$data/lib/upgrade/keep.d/nodeportd"
 		chmod 0644 "$data/lib/upgrade/keep.d/nodeportd"
 	fi
+}
+
+build_ipk() {
+	local arch=$1 bin=$2 work data ctrl size file script
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	data="$work/data"
+	ctrl="$work/control"
+	stage_tree "$data" "$bin"
+	mkdir -p "$ctrl"
+	chmod 0755 "$ctrl"
+
+	# conffiles: the regular files among Package/nodeportd/conffiles (opkg cannot
+	# keep a directory; keep.d does that over sysupgrade).
+	: >"$ctrl/conffiles"
+	local entry
+	while IFS= read -r entry; do
+		entry="${entry#"${entry%%[![:space:]]*}"}"
+		[ -n "$entry" ] && [ -f "$data$entry" ] && echo "$entry" >>"$ctrl/conffiles"
+	done < <(mk_define Package/nodeportd/conffiles)
 	[ -s "$ctrl/conffiles" ] || rm -f "$ctrl/conffiles"
 
 	tar_det -C "$data" -cf "$work/data.tar" .
@@ -191,14 +200,15 @@ build_one() {
 
 	{
 		echo "Package: nodeportd"
-		echo "Version: $version"
-		depends=$(control_depends)
-		[ -n "$depends" ] && echo "Depends: $depends"
-		echo "Source: feeds/nodeportd/nodeportd"
+		echo "Version: $ipk_version"
+		echo "Depends: $(depends_list | paste -sd, - | sed 's/,/, /g')"
+		echo "Source: $source"
 		echo "SourceName: nodeportd"
 		echo "License: $(mk_var PKG_LICENSE)"
+		echo "LicenseFiles: $(mk_var PKG_LICENSE_FILES)"
 		echo "Section: $(pkg_field SECTION)"
 		echo "SourceDateEpoch: $epoch"
+		echo "URL: $(pkg_field URL)"
 		echo "Maintainer: $(mk_var PKG_MAINTAINER)"
 		echo "Architecture: $arch"
 		echo "Installed-Size: $size"
@@ -208,50 +218,137 @@ build_one() {
 	chmod 0644 "$ctrl/control"
 
 	# The maintainer scripts OpenWrt packages carry: everything is in
-	# /lib/functions.sh (enable and start the init script, run uci-defaults on
-	# install; stop and disable it on removal).
+	# /lib/functions.sh (enable and start the init script on install; stop and
+	# disable it on removal), which runs the package's own steps, postinst-pkg
+	# and prerm-pkg (Package/nodeportd/postinst and /prerm).
 	cat >"$ctrl/postinst" <<'EOS'
 #!/bin/sh
 [ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0
-[ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
-# shellcheck source=/dev/null
-. "${IPKG_INSTROOT}/lib/functions.sh"
-default_postinst "$0" "$@"
+[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
+. ${IPKG_INSTROOT}/lib/functions.sh
+default_postinst $0 $@
 EOS
 	cat >"$ctrl/prerm" <<'EOS'
 #!/bin/sh
-[ -s "${IPKG_INSTROOT}/lib/functions.sh" ] || exit 0
-# shellcheck source=/dev/null
-. "${IPKG_INSTROOT}/lib/functions.sh"
-default_prerm "$0" "$@"
+[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
+. ${IPKG_INSTROOT}/lib/functions.sh
+default_prerm $0 $@
 EOS
 	chmod 0755 "$ctrl/postinst" "$ctrl/prerm"
-
-	# Package/nodeportd/postinst and /prerm, if defined, are the package's own
-	# steps: the defaults source them as postinst-pkg and prerm-pkg.
-	local script
 	for script in postinst prerm; do
-		if grep -qx "define Package/nodeportd/$script" "$makefile"; then
-			mk_define "Package/nodeportd/$script" | sed 's/\$\$/$/g' >"$ctrl/$script-pkg"
+		if pkg_script "$script" >"$ctrl/$script-pkg"; then
 			chmod 0755 "$ctrl/$script-pkg"
+		else
+			rm -f "$ctrl/$script-pkg"
 		fi
 	done
 
 	tar_det -C "$ctrl" -cf - . | gzip -9n >"$work/control.tar.gz"
 	printf '2.0\n' >"$work/debian-binary"
 
-	file="$out/nodeportd_${version}_${arch}.ipk"
+	file="$out/nodeportd_${ipk_version}_${arch}.ipk"
 	tar_det -C "$work" -cf - ./debian-binary ./data.tar.gz ./control.tar.gz | gzip -9n >"$file.tmp"
 	mv "$file.tmp" "$file"
 	echo "$file"
 }
 
+# The .apk, as package-pack.mk builds it for CONFIG_USE_APK: the package's own
+# files under /lib/apk/packages/, the three scripts assembled from OpenWrt's
+# defaults and ours, then `apk mkpkg` with the same --info fields.
+build_apk() {
+	local arch=$1 bin=$2 work data meta apkdb file entry sum
+	work=$(mktemp -d)
+	# shellcheck disable=SC2064
+	trap "rm -rf '$work'" RETURN
+	data="$work/data"
+	meta="$work/scripts"
+	stage_tree "$data" "$bin"
+	mkdir -p "$meta"
+	apkdb="$data/lib/apk/packages"
+	install -d -m0755 "$data/lib" "$data/lib/apk" "$apkdb"
+
+	# Every file and link, before the .list itself and the conffiles are added.
+	(cd "$data" && find . \( -type f -o -type l \) | sed 's|^\.||' | LC_ALL=C sort) >"$work/nodeportd.list"
+	install -m0644 "$work/nodeportd.list" "$apkdb/nodeportd.list"
+	# apk has no conffiles: /etc is protected instead. The list is what
+	# default_postinst and sysupgrade read; .conffiles_static holds the shipped
+	# checksums, against which sysupgrade tells a changed file.
+	mk_define Package/nodeportd/conffiles >"$apkdb/nodeportd.conffiles"
+	: >"$apkdb/nodeportd.conffiles_static"
+	while IFS= read -r entry; do
+		[ -f "$data$entry" ] || continue
+		sum=$(sha256sum "$data$entry" | cut -d' ' -f1)
+		echo "$entry $sum" >>"$apkdb/nodeportd.conffiles_static"
+	done <"$apkdb/nodeportd.conffiles"
+	[ -s "$apkdb/nodeportd.conffiles_static" ] || rm -f "$apkdb/nodeportd.conffiles_static"
+	chmod 0644 "$apkdb"/*
+
+	{
+		cat <<'EOS'
+#!/bin/sh
+[ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0
+[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
+. ${IPKG_INSTROOT}/lib/functions.sh
+export root="${IPKG_INSTROOT}"
+export pkgname="nodeportd"
+add_group_and_user
+default_postinst
+EOS
+		pkg_script postinst | sed '/^\s*#!/d' || true
+	} >"$meta/post-install"
+	{
+		echo '#!/bin/sh'
+		echo 'export PKG_UPGRADE=1'
+		sed '/^\s*#!/d' "$meta/post-install"
+	} >"$meta/post-upgrade"
+	{
+		cat <<'EOS'
+#!/bin/sh
+[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
+. ${IPKG_INSTROOT}/lib/functions.sh
+export root="${IPKG_INSTROOT}"
+export pkgname="nodeportd"
+default_prerm
+EOS
+		pkg_script prerm | sed '/^\s*#!/d' || true
+	} >"$meta/pre-deinstall"
+
+	mkdir -p "$apkout/$arch"
+	file="$apkout/$arch/nodeportd-$apk_version.apk"
+	python3 "$here/apkv3.py" build --files "$data" --output "$file" --mtime "$epoch" \
+		--info "name:nodeportd" \
+		--info "version:$apk_version" \
+		--info "description:$(description_line)" \
+		--info "arch:$arch" \
+		--info "license:$(mk_var PKG_LICENSE)" \
+		--info "origin:$source" \
+		--info "url:$(pkg_field URL)" \
+		--info "maintainer:$(mk_var PKG_MAINTAINER)" \
+		--script "post-install:$meta/post-install" \
+		--script "post-upgrade:$meta/post-upgrade" \
+		--script "pre-deinstall:$meta/pre-deinstall" \
+		--info "depends:$(depends_list | paste -sd' ' -)" ||
+		die "apkv3.py could not write $file"
+	echo "$file"
+}
+
 [ -f "$makefile" ] || die "missing $makefile"
+command -v python3 >/dev/null || die "python3 is needed for the .apk files"
 version=$(cargo_version)
 [ -n "$version" ] || die "no version in $root/Cargo.toml"
 mk_version=$(mk_var PKG_VERSION)
 [ "$mk_version" = "$version" ] ||
 	die "PKG_VERSION $mk_version in $makefile differs from version $version in Cargo.toml"
+release=$(mk_var PKG_RELEASE)
+case "$release" in
+'' | *[!0-9]*) die "PKG_RELEASE '$release' in $makefile is not a number" ;;
+esac
+# The buildroot's VERSION: PKG_VERSION-PKG_RELEASE for opkg, -rPKG_RELEASE for apk.
+ipk_version="$version-$release"
+apk_version="$version-r$release"
+# $(SOURCE): the package's directory under the buildroot's TOPDIR, for a feed
+# named nodeportd.
+source=feeds/nodeportd/nodeportd
 
 if [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
 	epoch=$SOURCE_DATE_EPOCH
@@ -262,27 +359,34 @@ case "$epoch" in
 '' | *[!0-9]*) die "SOURCE_DATE_EPOCH '$epoch' is not a number" ;;
 esac
 
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
+triples=()
+if [ $# -eq 0 ]; then
 	for bin in "$dist"/*/nodeportd; do
 		[ -f "$bin" ] || continue
 		t=$(basename "$(dirname "$bin")")
-		archs_for "$t" >/dev/null && targets+=("$t")
+		np_target_row "$t" >/dev/null && triples+=("$t")
 	done
-	[ ${#targets[@]} -gt 0 ] || die "no binaries in $dist/TARGET/nodeportd (run cross/build.sh first)"
-	for t in mips-unknown-linux-musl mipsel-unknown-linux-musl armv7-unknown-linux-musleabihf \
-		aarch64-unknown-linux-musl x86_64-unknown-linux-musl; do
+	[ ${#triples[@]} -gt 0 ] || die "no binaries in $dist/TARGET/nodeportd (run cross/build.sh first)"
+	for t in $(np_default_targets); do
+		t=$(np_triple "$t")
 		[ -f "$dist/$t/nodeportd" ] || echo "build-ipk: no $dist/$t/nodeportd, skipping $t" >&2
+	done
+else
+	for t in "$@"; do
+		tr=$(np_triple "$t") || die "unknown target '$t' (known: $(np_all_targets), their aliases or Rust triples)"
+		# s390x: the musl and the gnu (static) binary both serve the test guest.
+		[ -f "$dist/$tr/nodeportd" ] || [ ! -f "$dist/$t/nodeportd" ] || tr=$t
+		triples+=("$tr")
 	done
 fi
 
-mkdir -p "$out"
-for t in "${targets[@]}"; do
-	archs=$(archs_for "$t") || die "unknown target '$t' (known: mips, mipsel, armv7 musleabihf, aarch64, x86_64 musl, s390x)"
+mkdir -p "$out" "$apkout"
+for t in "${triples[@]}"; do
 	bin="$dist/$t/nodeportd"
-	[ -f "$bin" ] || die "missing $bin (run cross/build.sh $t first)"
+	[ -f "$bin" ] || die "missing $bin (run cross/build.sh $(np_short "$t") first)"
 	check_elf "$bin" "$t"
-	for arch in $archs; do
-		build_one "$t" "$arch" "$bin"
+	for arch in $(np_archs "$t"); do
+		build_ipk "$arch" "$bin"
+		build_apk "$arch" "$bin"
 	done
 done

@@ -49,6 +49,6 @@ openwrt-package/build-luci-app.sh
 
 step "emulated routers (full-system QEMU)"
 # Functional checks only; the footprint benchmark is run by hand (docs/benchmarks.md).
-NP_QEMU_BENCH=0 tests/qemu/run.sh mipsel aarch64 s390x
+NP_QEMU_BENCH=0 tests/qemu/run.sh mipsel aarch64 armhf s390x
 
 step "all checks passed in $(( $(date +%s) - start ))s"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Tests of the OpenWrt package (openwrt-package/): the .ipk archives, the shell
-# files, the fw4 include, the init script's procd calls, and the daemon run from
-# the extracted x86_64 .ipk with its packaged UCI config, driven through the
+# Tests of the OpenWrt package (openwrt-package/): the .ipk archives, the .apk
+# (apk v3) packages checked by our own reader (openwrt-package/apkv3.py), the
+# shell files, the fw4 include, the init script's procd calls, and the daemon run
+# from the extracted x86_64 .ipk with its packaged UCI config, driven through the
 # packaged nodeportctl (the native ubus object is tested against a ubusd stand-in in
 # tests/ubus_standin.rs). Run as root (CI does): it uses a network namespace of its own.
 #
@@ -69,12 +70,19 @@ need() {
 	DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
 }
 
-need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2 curl:curl
+need shellcheck:shellcheck nft:nftables jq:jq busybox:busybox ip:iproute2 curl:curl python3:python3
+# shellcheck source=cross/targets.sh
+. "$root/cross/targets.sh"
+apkv3() { python3 "$pkg/apkv3.py" "$@"; }
 
 cargo_version=$(awk '
 	/^\[/ { in_pkg = ($0 == "[package]") }
 	in_pkg && /^version[[:space:]]*=/ { gsub(/^[^"]*"|".*$/, ""); print; exit }
 ' "$root/Cargo.toml")
+release=$(sed -n 's/^PKG_RELEASE:=//p' "$makefile")
+ipk_version="$cargo_version-$release"
+apk_version="$cargo_version-r$release"
+check "versions: ipk $ipk_version, apk $apk_version (PKG_RELEASE 1)" test "$release" = 1
 
 # --- the binaries --------------------------------------------------------------
 if [ ! -f "$dist/$host_target/nodeportd" ]; then
@@ -90,7 +98,7 @@ fi
 
 # --- building ------------------------------------------------------------------
 export SOURCE_DATE_EPOCH=1700000000
-rm -rf "$dist/ipk"
+rm -rf "$dist/ipk" "$dist/apk"
 if ! "$pkg/build-ipk.sh" >"$work/build.log" 2>&1; then
 	not_ok "build-ipk.sh builds the packages" "$(cat "$work/build.log")"
 	echo "$passed passed, $failed failed"
@@ -98,26 +106,39 @@ if ! "$pkg/build-ipk.sh" >"$work/build.log" 2>&1; then
 fi
 ok "build-ipk.sh builds the packages"
 mapfile -t ipks < <(find "$dist/ipk" -name '*.ipk' | sort)
-sha256sum "${ipks[@]}" >"$work/first.sha256"
+mapfile -t apks < <(find "$dist/apk" -name '*.apk' | sort)
+sha256sum "${ipks[@]}" "${apks[@]}" >"$work/first.sha256"
 "$pkg/build-ipk.sh" >/dev/null 2>&1
-check "a rebuild gives byte-identical packages" sha256sum -c --quiet "$work/first.sha256"
+check "a rebuild gives byte-identical packages (.ipk and .apk)" sha256sum -c --quiet "$work/first.sha256"
 
-# Every target with a binary in dist/ has its packages.
-expected_ipks() {
+# Every target with a binary in dist/ has its packages, per cross/targets.sh.
+archs_in_dist() {
 	local t
 	for t in "$dist"/*/nodeportd; do
-		case "$(basename "$(dirname "$t")")" in
-		mips-unknown-linux-musl) echo mips_24kc ;;
-		mipsel-unknown-linux-musl) echo mipsel_24kc ;;
-		armv7-unknown-linux-musleabihf) echo arm_cortex-a7_neon-vfpv4 ;;
-		aarch64-unknown-linux-musl) printf '%s\n' aarch64_cortex-a53 aarch64_generic ;;
-		x86_64-unknown-linux-musl) echo x86_64 ;;
-		s390x-unknown-linux-*) echo s390x ;;
-		esac
-	done | sort -u | sed "s|.*|$dist/ipk/nodeportd_${cargo_version}_&.ipk|"
+		np_archs "$(basename "$(dirname "$t")")" 2>/dev/null | tr ' ' '\n'
+	done | sort -u
 }
-check "one package per architecture of the binaries in dist/" diff <(expected_ipks) <(printf '%s\n' "${ipks[@]}")
-echo "# packages: ${ipks[*]##*/}"
+check "one .ipk per architecture of the binaries in dist/" diff \
+	<(archs_in_dist | sed "s|.*|$dist/ipk/nodeportd_${ipk_version}_&.ipk|") <(printf '%s\n' "${ipks[@]}")
+check "one .apk per architecture, named as the buildroot names it (ARCH/nodeportd-VERSION.apk)" diff \
+	<(archs_in_dist | sed "s|.*|$dist/apk/&/nodeportd-${apk_version}.apk|") <(printf '%s\n' "${apks[@]}")
+echo "# packages: ${ipks[*]##*/} ${apks[*]#"$dist"/apk/}"
+
+# Short target names work, and give the same packages as the triple.
+mkdir -p "$work/shortdist/x86_64-unknown-linux-musl"
+cp "$dist/$host_target/nodeportd" "$work/shortdist/x86_64-unknown-linux-musl/nodeportd"
+if out=$(DIST_DIR="$work/shortdist" "$pkg/build-ipk.sh" x86_64 2>&1); then
+	check "build-ipk.sh x86_64 (short name) gives the same packages" bash -c "
+		cmp '$work/shortdist/ipk/nodeportd_${ipk_version}_x86_64.ipk' '$dist/ipk/nodeportd_${ipk_version}_x86_64.ipk' &&
+		cmp '$work/shortdist/apk/x86_64/nodeportd-${apk_version}.apk' '$dist/apk/x86_64/nodeportd-${apk_version}.apk'"
+else
+	not_ok "build-ipk.sh x86_64 (short name) gives the same packages" "$out"
+fi
+if out=$(DIST_DIR="$work/shortdist" "$pkg/build-ipk.sh" vax 2>&1); then
+	not_ok "an unknown target is refused" "$out"
+else
+	check "an unknown target is refused, naming the known ones" grep -q "unknown target 'vax' (known: mips mipsel armv7" <<<"$out"
+fi
 
 # A wrong-CPU binary is refused.
 mkdir -p "$work/wrongdist/mipsel-unknown-linux-musl"
@@ -179,7 +200,7 @@ check "the Makefile install section parsed into a tree" test "$(grep -c '^?' "$w
 
 for ipk in "${ipks[@]}"; do
 	name=${ipk##*/}
-	arch=${name#nodeportd_"${cargo_version}"_}
+	arch=${name#nodeportd_"${ipk_version}"_}
 	arch=${arch%.ipk}
 	x="$work/x-$arch"
 	mkdir -p "$x/control" "$x/data"
@@ -199,13 +220,14 @@ for ipk in "${ipks[@]}"; do
 	c="$x/control/control"
 	field() { sed -n "s/^$1: //p" "$c"; }
 	check "$name: Package" test "$(field Package)" = nodeportd
-	check "$name: Version from Cargo.toml" test "$(field Version)" = "$cargo_version"
+	check "$name: Version from Cargo.toml and PKG_RELEASE" test "$(field Version)" = "$ipk_version"
 	check "$name: Architecture $arch" test "$(field Architecture)" = "$arch"
-	check "$name: Depends on the nftables NAT kernel support" \
-		test "$(field Depends)" = "kmod-nft-core, kmod-nft-nat"
-	check "$name: License, Section, Source, SourceName, Maintainer" bash -c \
-		"grep -qx 'License: Apache-2.0' '$c' && grep -qx 'Section: net' '$c' &&
-		 grep -q '^Source: ' '$c' && grep -qx 'SourceName: nodeportd' '$c' && grep -q '^Maintainer: ' '$c'"
+	check "$name: Depends on libc (the buildroot adds it) and the nftables NAT kernel support" \
+		test "$(field Depends)" = "libc, kmod-nft-core, kmod-nft-nat"
+	check "$name: License, LicenseFiles, Section, Source, SourceName, URL, Maintainer" bash -c \
+		"grep -qx 'License: Apache-2.0' '$c' && grep -qx 'LicenseFiles: LICENSE' '$c' && grep -qx 'Section: net' '$c' &&
+		 grep -q '^Source: ' '$c' && grep -qx 'SourceName: nodeportd' '$c' && grep -q '^URL: http' '$c' &&
+		 grep -q '^Maintainer: ' '$c'"
 	check "$name: Installed-Size is the unpacked data size" \
 		test "$(field Installed-Size)" = "$(gzip -dc "$x/data.tar.gz" | wc -c)"
 	check "$name: Description" grep -q '^Description: nodeportd makes the router' "$c"
@@ -213,6 +235,9 @@ for ipk in "${ipks[@]}"; do
 	check "$name: postinst and prerm call OpenWrt's defaults" bash -c \
 		"test -x '$x/control/postinst' && test -x '$x/control/prerm' &&
 		 grep -q '^default_postinst ' '$x/control/postinst' && grep -q '^default_prerm ' '$x/control/prerm'"
+	check "$name: postinst-pkg reloads rpcd and fw4 only outside an image build (IPKG_INSTROOT)" bash -c \
+		"grep -q 'if \[ -z \"\${IPKG_INSTROOT}\" \]; then' '$x/control/postinst-pkg' &&
+		 grep -q 'rpcd reload' '$x/control/postinst-pkg' && grep -q 'fw4 -q reload' '$x/control/postinst-pkg'"
 	check "$name: prerm-pkg removes the rules on removal, not on upgrade" bash -c \
 		"grep -q 'PKG_UPGRADE}\" = \"1\" ] && exit 0' '$x/control/prerm-pkg' &&
 		 grep -q '^/usr/sbin/nodeportd --cleanup' '$x/control/prerm-pkg'"
@@ -225,19 +250,148 @@ for ipk in "${ipks[@]}"; do
 		test "$(cat "$x/data/lib/upgrade/keep.d/nodeportd")" = /etc/nodeportd/
 done
 
+# --- the .apk packages, through our own reader (openwrt-package/apkv3.py) --------------------
+# "TYPE MODE PATH" for each directory, file and link the package holds.
+apk_tree() {
+	jq -r '.paths[] | .name as $d |
+		(if $d != "" then "d \(.acl.mode[1:]) /\($d)" else empty end),
+		(.files[] | "\(if .type == "symlink" then "l" else "f" end) \(.acl.mode[1:]) /\(if $d == "" then "" else $d + "/" end)\(.name)")' "$1"
+}
+# Package/nodeportd/NAME of the Makefile as the buildroot writes it: $$ unescaped, no #! line.
+mk_script() {
+	awk -v name="define Package/nodeportd/$1" '$0 == name { on = 1; next } on && $0 == "endef" { exit } on' "$makefile" |
+		sed -e 's/\$\$/$/g' -e '/^[[:space:]]*#!/d'
+}
+printf '%s\n' "d 755 /lib/apk" "d 755 /lib/apk/packages" "f 644 /lib/apk/packages/nodeportd.list" \
+	"f 644 /lib/apk/packages/nodeportd.conffiles" "f 644 /lib/apk/packages/nodeportd.conffiles_static" |
+	sort -u - "$work/expected.full" >"$work/expected-apk.full"
+
+for apk in "${apks[@]}"; do
+	arch=$(basename "$(dirname "$apk")")
+	name="apk/$arch/${apk##*/}"
+	a="$work/apk-$arch"
+	mkdir -p "$a"
+	if ! apkv3 show "$apk" >"$a/show.json" 2>"$a/show.err"; then
+		not_ok "$name: apkv3.py reads and verifies it" "$(cat "$a/show.err")"
+		continue
+	fi
+	ok "$name: apkv3.py reads and verifies it (block structure, the metadata's hash, every file's sha256)"
+	j="$a/show.json"
+	check "$name: deflate-compressed ADB, as apk mkpkg writes it (ADBd)" test "$(head -c 4 "$apk")" = ADBd
+	# shellcheck disable=SC2016 # $v and $a are jq variables
+	check "$name: info fields as package-pack.mk passes them to apk mkpkg" jq -e --arg v "$apk_version" --arg a "$arch" '
+		.info.name == "nodeportd" and .info.version == $v and .info.arch == $a
+		and .info.license == "Apache-2.0" and .info.origin == "feeds/nodeportd/nodeportd"
+		and (.info.url | startswith("http")) and (.info.maintainer | length > 0)
+		and (.info.description | startswith("nodeportd makes the router") and (contains("\n") | not) and (contains("  ") | not))
+		and .info.depends == ["kmod-nft-core", "kmod-nft-nat", "libc"]
+		and .info["hashes-verified"] == true and .signatures == 0 and .triggers == []' "$j"
+	check "$name: installed-size is the sum of the file sizes" test "$(jq '.info["installed-size"]' "$j")" = \
+		"$(jq '[.paths[].files[] | select(.type == "file") | .size] | add' "$j")"
+	check "$name: scripts post-install, post-upgrade and pre-deinstall" \
+		jq -e '.scripts | keys == ["post-install", "post-upgrade", "pre-deinstall"]' "$j"
+	for sname in post-install post-upgrade pre-deinstall; do
+		jq -j --arg s "$sname" '.scripts[$s]' "$j" >"$a/$sname"
+	done
+	# shellcheck disable=SC2016 # the scripts' literal text
+	check "$name: post-install = OpenWrt's preamble, root and pkgname, default_postinst, our postinst" \
+		diff <(
+			printf '%s\n' '#!/bin/sh' '[ "${IPKG_NO_SCRIPT}" = "1" ] && exit 0' \
+				'[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0' '. ${IPKG_INSTROOT}/lib/functions.sh' \
+				'export root="${IPKG_INSTROOT}"' 'export pkgname="nodeportd"' add_group_and_user default_postinst
+			mk_script postinst
+		) "$a/post-install"
+	# shellcheck disable=SC2016 # the scripts' literal text
+	check "$name: pre-deinstall = OpenWrt's preamble, root and pkgname, default_prerm, our prerm" \
+		diff <(
+			printf '%s\n' '#!/bin/sh' '[ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0' \
+				'. ${IPKG_INSTROOT}/lib/functions.sh' 'export root="${IPKG_INSTROOT}"' 'export pkgname="nodeportd"' default_prerm
+			mk_script prerm
+		) "$a/pre-deinstall"
+	check "$name: the tree is the Makefile's plus /lib/apk/packages/nodeportd.*" \
+		diff "$work/expected-apk.full" <(apk_tree "$j" | sort)
+	if apkv3 extract "$apk" "$a/root" 2>"$a/extract.err"; then
+		listing() { (cd "$1" && find . -path ./lib/apk -prune -o -printf '%y %m %s %p %l\n' | LC_ALL=C sort); }
+		check "$name: unpacked, the same files, modes and contents as the .ipk of $arch" bash -c "
+			diff <($(declare -f listing); listing '$work/x-$arch/data') <($(declare -f listing); listing '$a/root') &&
+			diff -r -x apk '$work/x-$arch/data' '$a/root'"
+		check "$name: nodeportd.list names every file and link (sorted, the list and conffiles excepted)" diff \
+			<(cd "$a/root" && find . \( -type f -o -type l \) ! -path './lib/apk/packages/*' | sed 's|^\.||' | LC_ALL=C sort) \
+			"$a/root/lib/apk/packages/nodeportd.list"
+		check "$name: nodeportd.conffiles is the Makefile's conffiles" diff \
+			<(printf '%s\n' /etc/config/nodeportd /etc/nodeportd/) "$a/root/lib/apk/packages/nodeportd.conffiles"
+		check "$name: nodeportd.conffiles_static: 'path sha256' of the shipped UCI config" diff \
+			<(echo "/etc/config/nodeportd $(sha256sum "$a/root/etc/config/nodeportd" | cut -d' ' -f1)") \
+			"$a/root/lib/apk/packages/nodeportd.conffiles_static"
+	else
+		not_ok "$name: apkv3.py extract" "$(cat "$a/extract.err")"
+	fi
+done
+
+# The reader finds damage: a byte of a file's contents, a byte of the metadata.
+apk64="$dist/apk/x86_64/nodeportd-$apk_version.apk"
+damage() {
+	# damage IN OUT WHERE: flip one byte of the decompressed stream, compress again.
+	python3 - "$1" "$2" "$3" <<'EOF'
+import sys, zlib
+raw = open(sys.argv[1], "rb").read()
+d = zlib.decompressobj(-15)
+s = bytearray(d.decompress(raw[4:]) + d.flush())
+i = len(s) - 100 if sys.argv[3] == "data" else s.index(b"nodeportd makes")
+s[i] ^= 0x20
+c = zlib.compressobj(9, zlib.DEFLATED, -15)
+open(sys.argv[2], "wb").write(b"ADBd" + c.compress(bytes(s)) + c.flush())
+EOF
+}
+damage "$apk64" "$work/bad-data.apk" data
+if out=$(apkv3 show "$work/bad-data.apk" 2>&1); then
+	not_ok "a changed byte in a file's data is found" "$out"
+else
+	check "a changed byte in a file's data is found (sha256 mismatch)" grep -q 'does not match its sha256' <<<"$out"
+fi
+damage "$apk64" "$work/bad-meta.apk" meta
+if out=$(apkv3 show "$work/bad-meta.apk" 2>&1); then
+	not_ok "a changed byte in the metadata is found" "$out"
+else
+	check "a changed byte in the metadata is found (info.hashes)" grep -q 'info.hashes does not match' <<<"$out"
+fi
+if out=$(apkv3 show "${ipks[0]}" 2>&1); then
+	not_ok "an .ipk given to the reader is refused" "$out"
+else
+	check "an .ipk given to the reader is refused with the reason" grep -q 'not an apk v3 file' <<<"$out"
+fi
+
+# The feed CI's test.sh, on the unpacked x86_64 .apk.
+r64="$work/apk-x86_64/root"
+check "test.sh nodeportd $apk_version passes on the unpacked package" env PATH="$r64/usr/sbin:$PATH" \
+	NODEPORTD_CONFIG="$r64/etc/config/nodeportd" sh "$pkg/nodeportd/test.sh" nodeportd "$apk_version"
+check "test.sh nodeportd $ipk_version (the opkg form) passes too" env PATH="$r64/usr/sbin:$PATH" \
+	NODEPORTD_CONFIG="$r64/etc/config/nodeportd" sh "$pkg/nodeportd/test.sh" nodeportd "$ipk_version"
+if env PATH="$r64/usr/sbin:$PATH" NODEPORTD_CONFIG="$r64/etc/config/nodeportd" \
+	sh "$pkg/nodeportd/test.sh" nodeportd 9.9.9-r1 >/dev/null 2>&1; then
+	not_ok "test.sh fails for another version"
+else
+	ok "test.sh fails for another version"
+fi
+
 # --- shell files -------------------------------------------------------------------
-router_sh=("$files/nodeportd.init" "$files/nodeportd.uci-defaults"
-	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/prerm-pkg")
+router_sh=("$files/nodeportd.init" "$pkg/nodeportd/test.sh"
+	"$work/x-x86_64/control/postinst" "$work/x-x86_64/control/prerm" "$work/x-x86_64/control/postinst-pkg"
+	"$work/x-x86_64/control/prerm-pkg" "$work/apk-x86_64/post-install" "$work/apk-x86_64/post-upgrade"
+	"$work/apk-x86_64/pre-deinstall")
 for f in "${router_sh[@]}"; do
 	rel=${f#"$root"/}
 	rel=${rel#"$work"/}
 	check "sh -n (dash) $rel" sh -n "$f"
 	check "busybox ash -n $rel" busybox sh -n "$f"
 done
-for f in "$pkg/build-ipk.sh" "$here/run.sh"; do
+for f in "$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$root/cross/targets.sh"; do
 	check "bash -n ${f#"$root"/}" bash -n "$f"
 done
-check "shellcheck on every shell file" shellcheck -x "${router_sh[@]}" "$pkg/build-ipk.sh" "$here/run.sh"
+# The maintainer scripts carry OpenWrt's preambles verbatim (unquoted
+# ${IPKG_INSTROOT} and $@, sourcing a file shellcheck cannot see).
+check "shellcheck on every shell file" shellcheck -x -e SC1090,SC1091,SC2086,SC2068 "${router_sh[@]}" \
+	"$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$root/cross/targets.sh"
 check "the ACL is JSON with a read and a write group" jq -e '
 	(.["nodeportd-read"].read.ubus.nodeportd | sort) == (["endpoints_get","endpoints_list","service_get","service_list","status"])
 	and (.["nodeportd-write"].write.ubus.nodeportd | sort) == (["endpoints_apply","endpoints_delete","service_apply","service_delete"])
@@ -337,8 +491,8 @@ check "init script: a broken config is refused with the reason in the log" bash 
 	grep -q '^logger -t nodeportd -p daemon.err not started: .*line 2.*ct_mark_bit' <<<'$broken' &&
 	grep -qx 'status 1' <<<'$broken' && ! grep -q open_instance <<<'$broken'"
 
-# --- uci-defaults and prerm-pkg --------------------------------------------------------------
-# Stand-ins for fw4 and nft record what the uci-defaults script asks of them.
+# --- postinst-pkg, the apk post-install and prerm-pkg -----------------------------------------
+# Stand-ins for fw4 and nft record what the scripts ask of them.
 mkdir -p "$work/stub"
 cat >"$work/stub/fw4" <<EOF
 #!/bin/sh
@@ -350,17 +504,39 @@ echo "nft \$*" >>"$work/stub.log"
 exit \$NFT_STATUS
 EOF
 chmod +x "$work/stub/fw4" "$work/stub/nft"
-ucidef="$troot/etc/uci-defaults/90-nodeportd"
+postinst_pkg="$work/x-x86_64/control/postinst-pkg"
 : >"$work/stub.log"
-check "uci-defaults: fw4 running -> fw4 reloads (with our include)" bash -c "
-	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 sh '$ucidef' &&
+check "postinst-pkg: fw4 running -> fw4 reloads (with our include)" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 sh '$postinst_pkg' &&
 	grep -qx 'nft list table inet fw4' '$work/stub.log' && grep -qx 'fw4 -q reload' '$work/stub.log'"
 : >"$work/stub.log"
-check "uci-defaults: fw4 not running -> the firewall is left alone" bash -c "
-	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=1 sh '$ucidef' && ! grep -q '^fw4' '$work/stub.log'"
+check "postinst-pkg: fw4 not running -> the firewall is left alone" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=1 sh '$postinst_pkg' && ! grep -q '^fw4' '$work/stub.log'"
 : >"$work/stub.log"
-check "uci-defaults: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
-	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 IPKG_INSTROOT=/tmp/image sh '$ucidef' && test ! -s '$work/stub.log'"
+check "postinst-pkg: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "
+	PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 IPKG_INSTROOT=/tmp/image sh '$postinst_pkg' && test ! -s '$work/stub.log'"
+# An image build as 25.12's does it: `apk add --initdb --no-scripts` into the image
+# root, then each post-install with IPKG_INSTROOT set, offline. The image's
+# /lib/functions.sh is a stand-in recording the defaults' calls.
+img="$work/image"
+mkdir -p "$img/lib"
+cat >"$img/lib/functions.sh" <<EOF
+add_group_and_user() { echo "add_group_and_user root=\$root pkgname=\$pkgname" >>"$work/stub.log"; }
+default_postinst() { echo "default_postinst root=\$root pkgname=\$pkgname" >>"$work/stub.log"; }
+default_prerm() { echo "default_prerm root=\$root pkgname=\$pkgname" >>"$work/stub.log"; }
+EOF
+: >"$work/stub.log"
+check "apk post-install in an image build: OpenWrt's defaults with root and pkgname, nothing else runs" bash -c "
+	env -i PATH='$work/stub:/usr/bin:/bin' NFT_STATUS=0 IPKG_INSTROOT='$img' sh '$work/apk-x86_64/post-install' &&
+	diff <(printf '%s\n' 'add_group_and_user root=$img pkgname=nodeportd' 'default_postinst root=$img pkgname=nodeportd') '$work/stub.log'"
+: >"$work/stub.log"
+check "apk post-upgrade: PKG_UPGRADE=1, then the post-install" bash -c "
+	head -n 2 '$work/apk-x86_64/post-upgrade' | diff - <(printf '%s\n' '#!/bin/sh' 'export PKG_UPGRADE=1') &&
+	diff <(tail -n +3 '$work/apk-x86_64/post-upgrade') <(tail -n +2 '$work/apk-x86_64/post-install')"
+: >"$work/stub.log"
+check "apk pre-deinstall in an image root: default_prerm, then our prerm does nothing there" bash -c "
+	env -i PATH='$work/stub:/usr/bin:/bin' IPKG_INSTROOT='$img' sh '$work/apk-x86_64/pre-deinstall' &&
+	diff <(echo 'default_prerm root=$img pkgname=nodeportd') '$work/stub.log'"
 check "prerm-pkg: an upgrade keeps the rules (exits before stopping anything)" bash -c "
 	out=\$(PKG_UPGRADE=1 sh '$work/x-x86_64/control/prerm-pkg' 2>&1) && test -z \"\$out\""
 check "prerm-pkg: building an image (IPKG_INSTROOT) -> nothing runs" bash -c "

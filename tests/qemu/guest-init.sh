@@ -3,12 +3,23 @@
 # /init of the emulated router (see tests/qemu/run.sh).
 #
 # Kernel command-line words key=value reach us as environment variables:
-#   np_wan_mac np_lan_mac   MACs of the two NICs (probe order differs per machine)
-#   np_wan_cidr np_lan_cidr addresses to put on them
+#   np_wan_mac np_lan_mac     MACs of the two NICs (probe order differs per machine)
+#   np_wan_cidr np_lan_cidr   IPv4 addresses to put on them
+#   np_wan_cidr6 np_lan_cidr6 IPv6 addresses to put on them
 #
 # After the network is up it prints "@@READY" and serves a command channel on
-# the console: "@@D <tag> <base64>" lines accumulate a script (each answered
-# "@@A <tag>"), "@@X <id> <secs>" runs it and answers "@@BEGIN <id>", its output, "@@END <id> <status>".
+# the console. The serial line can drop or garble bytes when the guest is slow
+# to read (a loaded host), so every line carries the MD5 of its payload, and
+# the host sends each line again until it sees the answer:
+#   "@@D <id>.<k> <md5> <base64>"  chunk k of script id; stored, answered
+#                                  "@@A <id>.<k>" (again on a repeat); a bad
+#                                  checksum is answered "@@N <id>.<k>"
+#   "@@X <id> <secs> <n> <md5>"    run script id from chunks 1..n (md5 of
+#                                  "<id> <secs> <n>"): answered "@@R <id>" at
+#                                  once, then "@@BEGIN <id>", its output,
+#                                  "@@END <id> <status>"; a repeat of the last
+#                                  id is answered "@@R <id>" and not run again;
+#                                  missing chunks are answered "@@M <id> <k>"
 # The console is switched to raw mode without echo so that the host reads only
 # what the commands print.
 
@@ -27,6 +38,7 @@ hostname router
 
 say() { echo "@@LOG $*"; }
 : "${np_wan_mac:=}" "${np_lan_mac:=}" "${np_wan_cidr:=}" "${np_lan_cidr:=}"
+: "${np_wan_cidr6:=}" "${np_lan_cidr6:=}"
 
 kver=$(uname -r)
 while read -r ko; do
@@ -56,6 +68,12 @@ done
 [ -n "$np_lan_cidr" ] && ip addr add "$np_lan_cidr" dev lan
 echo 1 > /proc/sys/net/ipv4/ip_forward
 echo 1 > /proc/sys/net/ipv6/conf/all/forwarding 2>/dev/null
+# IPv6 without duplicate address detection: usable at once (busybox ip has no nodad).
+for nic in wan lan; do
+	echo 0 > "/proc/sys/net/ipv6/conf/$nic/accept_dad" 2>/dev/null
+done
+[ -n "$np_wan_cidr6" ] && ip -6 addr add "$np_wan_cidr6" dev wan
+[ -n "$np_lan_cidr6" ] && ip -6 addr add "$np_lan_cidr6" dev lan
 
 # Carrier first: a packet sent before the link is up is lost.
 i=0
@@ -74,24 +92,53 @@ httpd -p 8081 -h /srv/www
 stty raw -echo 2>/dev/null
 echo "@@READY $kver $(cat /sys/class/net/wan/carrier 2>/dev/null)$(cat /sys/class/net/lan/carrier 2>/dev/null)"
 
-rm -f /tmp/cmd.b64
+md5() { printf '%s' "$1" | md5sum | cut -c1-32; }
+rm -rf /tmp/cmd.d
+mkdir -p /tmp/cmd.d
+last_run=""
 while IFS= read -r line; do
 	line=$(printf '%s' "$line" | tr -d '\r')
-	# shellcheck disable=SC2086 # split "tag data" and "id secs"
+	# shellcheck disable=SC2086 # split "tag sum data" and "id secs n sum"
 	case $line in
 	'@@D '*)
-		# "@@D <tag> <base64>": acknowledged, so that the host never has more
-		# than one line in flight (the tty drops what overflows its buffer).
 		set -- ${line#@@D }
-		printf '%s\n' "$2" >> /tmp/cmd.b64
-		echo "@@A $1"
+		if [ $# -eq 3 ] && [ "$(md5 "$3")" = "$2" ]; then
+			printf '%s\n' "$3" > "/tmp/cmd.d/$1"
+			echo "@@A $1"
+		else
+			echo "@@N ${1:-?}"
+		fi
 		;;
 	'@@X '*)
 		set -- ${line#@@X }
-		id=$1
-		secs=${2:-60}
+		if [ $# -ne 4 ] || [ "$(md5 "$1 $2 $3")" != "$4" ]; then
+			echo "@@N X"
+			continue
+		fi
+		id=$1 secs=$2 n=$3
+		if [ "$id" = "$last_run" ]; then
+			echo "@@R $id"
+			continue
+		fi
+		: > /tmp/cmd.b64
+		k=1 missing=""
+		while [ "$k" -le "$n" ]; do
+			if [ -f "/tmp/cmd.d/$id.$k" ]; then
+				cat "/tmp/cmd.d/$id.$k" >> /tmp/cmd.b64
+			else
+				missing=$k
+				break
+			fi
+			k=$((k + 1))
+		done
+		if [ -n "$missing" ]; then
+			echo "@@M $id $missing"
+			continue
+		fi
+		last_run=$id
+		echo "@@R $id"
+		rm -f /tmp/cmd.d/*
 		base64 -d < /tmp/cmd.b64 > /tmp/cmd.sh 2>/dev/null
-		rm -f /tmp/cmd.b64
 		timeout -s KILL "$secs" sh /tmp/cmd.sh < /dev/null > /tmp/cmd.out 2>&1
 		rc=$?
 		echo "@@BEGIN $id"

@@ -17,6 +17,9 @@
 #                         batches of 100 services with 3 endpoints each)
 #   NP_QEMU_BENCH_OUT     file the benchmark table rows are appended to
 #                         (default: <work>/bench.md)
+#   NP_QEMU_CHAOS=N       test aid for the console channel: the first copy of
+#                         about one line in N sent to the guest is dropped,
+#                         loses bytes or loses its newline (it must be resent)
 #
 # qemu-user cannot run these checks: it refuses NETLINK_NETFILTER sockets.
 set -euo pipefail
@@ -29,6 +32,8 @@ BENCH=${NP_QEMU_BENCH:-1}
 GUEST_MEM=${NP_QEMU_MEM:-256}
 BENCH_OUT=${NP_QEMU_BENCH_OUT:-$WORK/bench.md}
 ALL_ARCHES=(mipsel aarch64 armhf s390x)
+# shellcheck source=cross/targets.sh
+. "$ROOT/cross/targets.sh"
 
 # Test network (RFC 2544 benchmarking range only).
 CLIENT_IP=198.18.0.1
@@ -40,6 +45,14 @@ LAN_IP=198.18.1.1
 BE1_IP=198.18.1.11
 BE2_IP=198.18.1.12
 CLUSTER_CIDR=198.19.0.0/16
+# IPv6 (documentation range), the same layout.
+CLIENT_IP6=2001:db8:4e:1::1
+WAN_IP6=2001:db8:4e:1::2
+NODEPORT_CIDR6=2001:db8:4e:1::/64
+LAN_IP6=2001:db8:4e:2::1
+BE1_IP6=2001:db8:4e:2::11
+BE2_IP6=2001:db8:4e:2::12
+CLUSTER_CIDR6=2001:db8:96::/112
 WAN_MAC=52:54:00:4e:50:01
 LAN_MAC=52:54:00:4e:50:02
 
@@ -61,14 +74,14 @@ arch_vars() {
 		QEMU_PKG=qemu-system-mips QEMU_OPTS=(-M malta -cpu 24Kc -vga none)
 		CONSOLE=ttyS0 NIC=pcnet NIC_OPTS=",romfile="
 		MODS_NIC="pcnet32" MODS_EXTRA="crc32c_generic"
-		RUST_TARGET=mipsel-unknown-linux-musl IPK_GLOB="mipsel_*"
+		TARGET=mipsel PAYLOAD=ipk PKG_ARCH=mipsel_24kc
 		;;
 	aarch64)
 		DEB_ARCH=arm64 KMETA=linux-image-cloud-arm64 QEMU_BIN=qemu-system-aarch64
 		QEMU_PKG=qemu-system-arm QEMU_OPTS=(-M virt -cpu cortex-a53)
 		CONSOLE=ttyAMA0 NIC=virtio-net-pci NIC_OPTS=",romfile="
 		MODS_NIC="virtio_pci virtio_net" MODS_EXTRA=""
-		RUST_TARGET=aarch64-unknown-linux-musl IPK_GLOB="aarch64_*"
+		TARGET=aarch64 PAYLOAD=apk PKG_ARCH=aarch64_generic
 		;;
 	armhf)
 		# The armmp kernel is not LPAE: keep PCI below 4 GiB.
@@ -76,7 +89,7 @@ arch_vars() {
 		QEMU_PKG=qemu-system-arm QEMU_OPTS=(-M "virt,highmem=off" -cpu cortex-a15)
 		CONSOLE=ttyAMA0 NIC=virtio-net-pci NIC_OPTS=",romfile="
 		MODS_NIC="virtio_pci virtio_net" MODS_EXTRA="crc32c_generic"
-		RUST_TARGET=armv7-unknown-linux-musleabihf IPK_GLOB="arm_*"
+		TARGET=armv7 PAYLOAD=apk PKG_ARCH=arm_cortex-a7_neon-vfpv4
 		;;
 	s390x)
 		# Big-endian stand-in for ath79 (Debian has no big-endian MIPS kernel).
@@ -84,10 +97,11 @@ arch_vars() {
 		QEMU_PKG=qemu-system-misc QEMU_OPTS=(-M s390-ccw-virtio)
 		CONSOLE=ttysclp0 NIC=virtio-net-ccw NIC_OPTS=""
 		MODS_NIC="virtio_net" MODS_EXTRA=""
-		RUST_TARGET=s390x-unknown-linux-gnu IPK_GLOB="s390x"
+		TARGET=s390x PAYLOAD=ipk PKG_ARCH=s390x
 		;;
 	*) die "unknown architecture '$ARCH' (want one of: ${ALL_ARCHES[*]})" ;;
 	esac
+	RUST_TARGET=$(np_triple "$TARGET")
 }
 
 # Modules the data plane needs; missing or built-in ones are fine.
@@ -197,68 +211,45 @@ fetch_guest() {
 
 # ------------------------------------------------------------- the daemon (ipk)
 
-# Lay out what `opkg install nodeportd_*.ipk` would put on the router into $1.
+# Lay out what installing the package puts on the router into $1: the .ipk's
+# data.tar.gz, or the .apk's files unpacked by openwrt-package/apkv3.py (which
+# checks the whole package first: structure, hashes of the metadata and of
+# every file), with the modes the package records.
 daemon_payload() {
-	local dest=$1 ipk="" bin=$ROOT/dist/$RUST_TARGET/nodeportd tmp
-	if [ "${NP_QEMU_REBUILD:-0}" = 1 ] || { [ ! -x "$bin" ] && ! find_ipk >/dev/null; }; then
+	local dest=$1 pkg tmp
+	if [ "${NP_QEMU_REBUILD:-0}" = 1 ] || ! find_pkg >/dev/null; then
 		build_daemon
 	fi
-	ipk=$(find_ipk || true)
-	if [ -n "$ipk" ]; then
-		log "payload: $ipk"
-		tmp=$(mktemp -d "$RUN/ipk.XXXX")
-		# An ipk is a gzipped tar (OpenWrt) or an ar archive (older opkg-build).
-		if tar -xzf "$ipk" -C "$tmp" 2>/dev/null; then :; else (cd "$tmp" && ar x "$ipk"); fi
-		tar -xzf "$tmp"/data.tar.gz -C "$dest"
+	pkg=$(find_pkg) || die "no $PAYLOAD package for $PKG_ARCH in dist/ after building it"
+	log "payload: $pkg"
+	if [ "$PAYLOAD" = apk ]; then
+		python3 "$ROOT/openwrt-package/apkv3.py" extract "$pkg" "$dest" || die "apkv3.py extract $pkg failed"
 	else
-		# No ipk for this target (s390x is test-only): the package's files from
-		# another architecture's ipk, with this target's binary.
-		[ -x "$bin" ] || die "no daemon binary for $ARCH at $bin"
-		ipk=$(compgen -G "$ROOT/dist/ipk/nodeportd_*.ipk" | head -n1 || true)
-		if [ -n "$ipk" ]; then
-			log "payload: files of $ipk with $bin"
-			tmp=$(mktemp -d "$RUN/ipk.XXXX")
-			if tar -xzf "$ipk" -C "$tmp" 2>/dev/null; then :; else (cd "$tmp" && ar x "$ipk"); fi
-			tar -xzf "$tmp"/data.tar.gz -C "$dest"
-		else
-			log "payload: $bin (no ipk found; laid out as the package does)"
-			mkdir -p "$dest/usr/sbin" "$dest/etc/nodeportd"
-			if [ -f "$ROOT/configs/nodeportd.toml" ]; then
-				cp "$ROOT/configs/nodeportd.toml" "$dest/etc/nodeportd/nodeportd.toml"
-			fi
-		fi
-		install -m 0755 "$bin" "$dest/usr/sbin/nodeportd"
-		ln -sf nodeportd "$dest/usr/sbin/nodeportctl"
+		tmp=$(mktemp -d "$RUN/ipk.XXXX")
+		tar -xzf "$pkg" -C "$tmp"
+		tar -xzf "$tmp"/data.tar.gz -C "$dest"
 	fi
+	chmod 0755 "$dest"
 	[ -x "$dest/usr/sbin/nodeportd" ] || die "payload has no /usr/sbin/nodeportd"
-	[ -e "$dest/usr/sbin/nodeportctl" ] || [ -e "$dest/usr/bin/nodeportctl" ] ||
-		die "payload has no nodeportctl"
+	[ -L "$dest/usr/sbin/nodeportctl" ] || die "payload has no nodeportctl link"
 }
 
-find_ipk() {
-	[ -n "$IPK_GLOB" ] || return 1
-	compgen -G "$ROOT/dist/ipk/nodeportd_*_${IPK_GLOB}.ipk" | sort -V | tail -n1 | grep .
+find_pkg() {
+	if [ "$PAYLOAD" = apk ]; then
+		compgen -G "$ROOT/dist/apk/$PKG_ARCH/nodeportd-*.apk" | sort -V | tail -n1 | grep .
+	else
+		compgen -G "$ROOT/dist/ipk/nodeportd_*_${PKG_ARCH}.ipk" | sort -V | tail -n1 | grep .
+	fi
 }
 
 build_daemon() {
-	if [ -x "$ROOT/cross/build.sh" ] || [ -f "$ROOT/cross/build.sh" ]; then
-		log "building the daemon: cross/build.sh $RUST_TARGET"
-		bash "$ROOT/cross/build.sh" "$RUST_TARGET" >&2 || die "cross/build.sh $RUST_TARGET failed"
-	else
-		log "no cross/build.sh: cargo build --release --target $RUST_TARGET"
-		rustup target add "$RUST_TARGET" >&2
-		# rust-lld with the target's self-contained musl start files: no cross gcc needed.
-		local linker_var
-		linker_var=CARGO_TARGET_$(echo "$RUST_TARGET" | tr 'a-z-' 'A-Z_')_LINKER
-		(cd "$ROOT" && env "$linker_var=rust-lld" cargo build --release --target "$RUST_TARGET" >&2)
-		mkdir -p "$ROOT/dist/$RUST_TARGET"
-		install -m 0755 "$ROOT/target/$RUST_TARGET/release/nodeportd" "$ROOT/dist/$RUST_TARGET/nodeportd"
+	if [ "${NP_QEMU_REBUILD:-0}" = 1 ] || [ ! -x "$ROOT/dist/$RUST_TARGET/nodeportd" ]; then
+		log "building the daemon: cross/build.sh $TARGET"
+		bash "$ROOT/cross/build.sh" "$TARGET" >&2 || die "cross/build.sh $TARGET failed"
 	fi
-	if [ -n "$IPK_GLOB" ] && [ -f "$ROOT/openwrt-package/build-ipk.sh" ]; then
-		log "packaging: openwrt-package/build-ipk.sh $RUST_TARGET"
-		bash "$ROOT/openwrt-package/build-ipk.sh" "$RUST_TARGET" >&2 ||
-			die "openwrt-package/build-ipk.sh $RUST_TARGET failed"
-	fi
+	log "packaging: openwrt-package/build-ipk.sh $TARGET"
+	bash "$ROOT/openwrt-package/build-ipk.sh" "$TARGET" >&2 ||
+		die "openwrt-package/build-ipk.sh $TARGET failed"
 }
 
 # ---------------------------------------------------------------- initramfs
@@ -373,6 +364,7 @@ start_guest() {
 
 	local append="console=$CONSOLE quiet panic=-1 np_wan_mac=$WAN_MAC np_lan_mac=$LAN_MAC"
 	append+=" np_wan_cidr=$WAN_IP/24 np_lan_cidr=$LAN_IP/24"
+	append+=" np_wan_cidr6=$WAN_IP6/64 np_lan_cidr6=$LAN_IP6/64"
 	log "booting $(basename "$KERNEL") ($KVER)"
 	BOOT_T0=$(date +%s.%N)
 	# timeout: a guest must never outlive a CI job, whatever happens to us.
@@ -416,7 +408,7 @@ start_guest() {
 }
 
 setup_netns() {
-	local d=$RUN/$ARCH n ip ns
+	local d=$RUN/$ARCH n ip ip6 ns
 	for ns in "$NS_CLIENT" "$NS_LAN" "$NS_BE1" "$NS_BE2"; do
 		ip netns add "$ns"
 		NSES+=("$ns")
@@ -425,6 +417,7 @@ setup_netns() {
 	# WAN: the client alone on the other end of the tap.
 	ip link set "$TAP_WAN" netns "$NS_CLIENT"
 	ip -n "$NS_CLIENT" addr add "$CLIENT_IP/24" dev "$TAP_WAN"
+	ip -n "$NS_CLIENT" addr add "$CLIENT_IP6/64" dev "$TAP_WAN" nodad
 	ip -n "$NS_CLIENT" link set "$TAP_WAN" up
 	# LAN: a bridge with the tap and two backends.  The backends get no route
 	# beyond their /24: a reply reaches the client only if the router masquerades.
@@ -434,12 +427,13 @@ setup_netns() {
 	ip -n "$NS_LAN" link set "$TAP_LAN" up
 	ip -n "$NS_LAN" link set br0 up
 	for n in 1 2; do
-		ns=$NS_BE1 ip=$BE1_IP
-		[ "$n" = 2 ] && ns=$NS_BE2 ip=$BE2_IP
+		ns=$NS_BE1 ip=$BE1_IP ip6=$BE1_IP6
+		[ "$n" = 2 ] && ns=$NS_BE2 ip=$BE2_IP ip6=$BE2_IP6
 		ip -n "$NS_LAN" link add "be$n" type veth peer name eth0 netns "$ns"
 		ip -n "$NS_LAN" link set "be$n" master br0
 		ip -n "$NS_LAN" link set "be$n" up
 		ip -n "$ns" addr add "$ip/24" dev eth0
+		ip -n "$ns" addr add "$ip6/64" dev eth0 nodad
 		ip -n "$ns" link set eth0 up
 		mkdir -p "$d/www-be$n"
 		echo "be$n" >"$d/www-be$n/index.html"
@@ -459,6 +453,38 @@ setup_netns() {
 	done
 }
 
+# send_acked LINE ANSWER...: write LINE to the guest's console until one of the
+# ANSWER lines shows in the console log (the serial line may drop or garble
+# it: the guest checks each line's MD5 and ignores a bad one). Up to 40 tries,
+# 3 s apart at first, 10 s on a busy guest; fails if the guest is gone.
+send_acked() {
+	local line=$1 d=$RUN/$ARCH try wait pat
+	shift
+	pat=$(printf '^(%s)\r?$' "$(printf '%s|' "$@" | sed 's/|$//; s/\./\\./g')")
+	for try in $(seq 40); do
+		[ "$try" -gt 1 ] && echo "$((try - 1)) $line" | cut -c1-60 >>"$d/resends"
+		if [ "$try" = 1 ] && [ "${NP_QEMU_CHAOS:-0}" -gt 0 ] && [ $((RANDOM % NP_QEMU_CHAOS)) = 0 ]; then
+			# Test aid: lose this first copy the ways a serial line does.
+			case $((RANDOM % 3)) in
+			0) echo "chaos: dropped" >>"$d/chaos" ;;
+			1) printf '%s\n' "${line:0:20}${line:22}" >&"$CONFD" && echo "chaos: 2 bytes lost" >>"$d/chaos" ;;
+			2) printf '%s' "${line:0:30}" >&"$CONFD" && echo "chaos: cut, no newline" >>"$d/chaos" ;;
+			esac
+		else
+			printf '%s\n' "$line" >&"$CONFD"
+		fi
+		wait=$((try < 3 ? 30 : 100))
+		for _ in $(seq "$wait"); do
+			grep -a -q -E "$pat" "$d/console.log" 2>/dev/null && return 0
+			kill -0 "$QEMU_PID" 2>/dev/null || return 1
+			sleep 0.1
+		done
+	done
+	return 1
+}
+
+md5_of() { printf '%s' "$1" | md5sum | cut -c1-32; }
+
 # guest SECS <<'EOF' ... EOF  — run a shell script in the guest; prints its
 # output, returns its exit status (124/137 on timeout, 255 on a lost guest).
 guest() {
@@ -466,18 +492,20 @@ guest() {
 	# A counter in a file: callers often run us in a $(...) subshell.
 	id=$(($(cat "$d/seq" 2>/dev/null || echo 0) + 1))
 	echo "$id" >"$d/seq"
-	local k=0 _w
+	local k=0 xline
+	# One line in flight: the guest's tty drops what overflows its buffer.
 	while read -r chunk; do
 		k=$((k + 1))
-		printf '@@D %s.%s %s\n' "$id" "$k" "$chunk" >&"$CONFD"
-		# One line in flight: the guest's tty drops what overflows its buffer.
-		for _w in $(seq 300); do
-			grep -a -q -E "^@@A $id\\.$k"$'\r?$' "$d/console.log" 2>/dev/null && break
-			kill -0 "$QEMU_PID" 2>/dev/null || break
-			sleep 0.05
-		done
-	done < <(base64 -w 900)
-	printf '@@X %s %s\n' "$id" "$secs" >&"$CONFD"
+		if ! send_acked "@@D $id.$k $(md5_of "$chunk") $chunk" "@@A $id.$k"; then
+			log "guest command $id: chunk $k not acknowledged"
+			return 255
+		fi
+	done < <(base64 -w 600)
+	xline="$id $secs $k"
+	if ! send_acked "@@X $xline $(md5_of "$xline")" "@@R $id"; then
+		log "guest command $id: run request not acknowledged"
+		return 255
+	fi
 	for _ in $(seq $(((secs + 30) * 10))); do
 		end=$(grep -a -m1 "^@@END $id " "$d/console.log" 2>/dev/null | tr -d '\r' || true)
 		[ -n "$end" ] && break
@@ -508,6 +536,8 @@ fail() {
 	log "FAIL $1${2:+: $2}"
 }
 
+np_crate_version() { sed -n '/^\[package\]/,/^\[/s/^version[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' "$ROOT/Cargo.toml" | head -n1; }
+
 in_client() { ip netns exec "$NS_CLIENT" "$@"; }
 
 http_get() { in_client curl -s --max-time "${3:-3}" "http://$1:$2/" 2>/dev/null; }
@@ -537,18 +567,45 @@ wait_answer() {
 	return 1
 }
 
+# The package's files reached the guest with the modes it records (the .apk's
+# through our own reader, the .ipk's through tar).
+check_payload() {
+	local r want
+	want="755 regular file /usr/sbin/nodeportd
+777 symbolic link /usr/sbin/nodeportctl
+755 regular file /etc/init.d/nodeportd
+600 regular file /etc/config/nodeportd
+755 directory /etc/nodeportd
+644 regular file /usr/share/rpcd/acl.d/nodeportd.json
+644 regular file /usr/share/nftables.d/chain-pre/forward/10-nodeportd.nft"
+	[ "$PAYLOAD" = apk ] && want="$want
+644 regular file /lib/apk/packages/nodeportd.list
+644 regular file /lib/apk/packages/nodeportd.conffiles_static"
+	r=$(guest 30 <<<"stat -c '%a %F %n' $(echo "$want" | awk '{ printf "%s ", $NF }'); readlink /usr/sbin/nodeportctl; nodeportd --version") || true
+	if [ "$r" = "$want
+nodeportd
+nodeportd $(np_crate_version)" ]; then
+		pass "package-files-and-modes ($PAYLOAD)"
+	else
+		fail "package-files-and-modes ($PAYLOAD)" "got: $r"
+	fi
+}
+
 check_plumbing() {
 	# Without any NAT: the guest's own busybox httpd on its WAN address.
 	local r
 	r=$(http_get "$WAN_IP" 8081 10)
 	if [ "$r" = router ]; then pass plumbing-wan; else fail plumbing-wan "got '$r'"; fi
+	r=$(http_get "[$WAN_IP6]" 8081 10)
+	if [ "$r" = router ]; then pass plumbing-wan-ipv6; else fail plumbing-wan-ipv6 "got '$r'"; fi
 	r=$(guest 30 <<EOF
 # (busybox wget -T crashes on mipsel)
 timeout 10 wget -q -O - http://$BE1_IP:8080/ && timeout 10 wget -q -O - http://$BE2_IP:8080/
 EOF
 	) || true
 	if [ "$(echo "$r" | tr '\n' ' ')" = "be1 be2 " ]; then pass plumbing-lan; else fail plumbing-lan "got '$r'"; fi
-	if ip netns exec "$NS_BE1" ping -c1 -W1 "$CLIENT_IP" >/dev/null 2>&1; then
+	if ip netns exec "$NS_BE1" ping -c1 -W1 "$CLIENT_IP" >/dev/null 2>&1 ||
+		ip netns exec "$NS_BE1" ping -6 -c1 -W1 "$CLIENT_IP6" >/dev/null 2>&1; then
 		fail backends-isolated "backend reaches the client directly"
 	else
 		pass backends-isolated
@@ -571,6 +628,11 @@ MANIFESTS='{"apiVersion":"v1","kind":"List","items":[
 {"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"minio-1","namespace":"default","labels":{"kubernetes.io/service-name":"minio"}},
  "addressType":"IPv4","ports":[{"name":"http","protocol":"TCP","port":8080}],
  "endpoints":[{"addresses":["BE2"],"conditions":{"ready":true}}]},
+{"apiVersion":"v1","kind":"Service","metadata":{"name":"web6","namespace":"default"},
+ "spec":{"type":"NodePort","ipFamilies":["IPv6"],"ipFamilyPolicy":"SingleStack","selector":{"app":"web6"},"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080}]}},
+{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice","metadata":{"name":"web6-1","namespace":"default","labels":{"kubernetes.io/service-name":"web6"}},
+ "addressType":"IPv6","ports":[{"name":"http","protocol":"TCP","port":8080}],
+ "endpoints":[{"addresses":["BESIX1"],"conditions":{"ready":true}},{"addresses":["BESIX2"],"conditions":{"ready":true}}]},
 {"apiVersion":"v1","kind":"Service","metadata":{"name":"empty","namespace":"default"},
  "spec":{"type":"NodePort","selector":{"app":"none"},"ports":[{"name":"http","protocol":"TCP","port":80,"targetPort":8080,"nodePort":30010}]}}
 ]}'
@@ -593,15 +655,17 @@ if [ -f \$uci ]; then
     /^config[ \t]+(nodeportd|main)/ {
       print "\toption node_name '"'"'qemu-$ARCH'"'"'"
       print "\tlist service_cluster_ip_ranges '"'"'$CLUSTER_CIDR'"'"'"
+      print "\tlist service_cluster_ip_ranges '"'"'$CLUSTER_CIDR6'"'"'"
       print "\tlist nodeport_addresses '"'"'$NODEPORT_CIDR'"'"'"
+      print "\tlist nodeport_addresses '"'"'$NODEPORT_CIDR6'"'"'"
     }' \$uci > /tmp/nodeportd.conf
   cat /tmp/nodeportd.conf > \$uci
 else
   cfg=\$toml
   mkdir -p /etc/nodeportd
   {
-    echo 'nodeport_addresses = ["$NODEPORT_CIDR"]'
-    echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR"]'
+    echo 'nodeport_addresses = ["$NODEPORT_CIDR", "$NODEPORT_CIDR6"]'
+    echo 'service_cluster_ip_ranges = ["$CLUSTER_CIDR", "$CLUSTER_CIDR6"]'
     echo 'node_name = "qemu-$ARCH"'
     # Top-level keys come first in TOML: ours, then the rest of the file.
     [ -f \$toml ] && awk '
@@ -641,18 +705,19 @@ node_port_of() {
 }
 
 check_dataplane() {
-	local out np_web np_echo np_empty r t0 t1 ms
+	local out np_web np_web6 np_echo np_empty r t0 t1 ms
 	local manifests
-	manifests=$(printf '%s' "$MANIFESTS" | sed "s/BE1/$BE1_IP/g; s/BE2/$BE2_IP/g")
+	manifests=$(printf '%s' "$MANIFESTS" | sed "s/BE1/$BE1_IP/g; s/BE2/$BE2_IP/g; s/BESIX1/$BE1_IP6/g; s/BESIX2/$BE2_IP6/g")
 	out=$(guest 60 <<<"$(printf 'cat > /tmp/m.json <<"__EOF__"\n%s\n__EOF__\nnodeportctl apply -f /tmp/m.json\n' "$manifests")") && r=0 || r=$?
 	echo "$out" >&2
 	if [ "$r" = 0 ]; then pass apply; else fail apply "status $r: $out"; fi
 	np_web=$(node_port_of web || true)
 	np_echo=$(node_port_of echo || true)
 	np_empty=$(node_port_of empty || true)
-	log "nodePorts: web=$np_web echo=$np_echo empty=$np_empty minio=30009"
-	if [ -z "$np_web" ] || [ -z "$np_echo" ] || [ -z "$np_empty" ]; then
-		fail nodeports-allocated "web=$np_web echo=$np_echo empty=$np_empty"
+	np_web6=$(node_port_of web6 || true)
+	log "nodePorts: web=$np_web echo=$np_echo empty=$np_empty minio=30009 web6=$np_web6"
+	if [ -z "$np_web" ] || [ -z "$np_echo" ] || [ -z "$np_empty" ] || [ -z "$np_web6" ]; then
+		fail nodeports-allocated "web=$np_web echo=$np_echo empty=$np_empty web6=$np_web6"
 		return 0
 	fi
 	pass nodeports-allocated
@@ -673,6 +738,20 @@ check_dataplane() {
 
 	r=$(http_get "$WAN_IP" 30009)
 	if [ "$r" = be2 ]; then pass static-nodeport-30009; else fail static-nodeport-30009 "got '$r'"; fi
+
+	# IPv6: an IPv6 single-stack Service on the router's IPv6 WAN address. The
+	# backends have no IPv6 route beyond their /64 either: answers prove NAT66
+	# masquerade.
+	wait_answer "[$WAN_IP6]" "$np_web6" 30 || true
+	# 20 requests, as for IPv4: numgen picks each backend with p = 1/2, so 12 all
+	# to one backend (p = 1 in 2048) happened once, in the sixth guest run.
+	r=$(spread "[$WAN_IP6]" "$np_web6" 20)
+	log "ipv6 tcp spread over 20: $r"
+	case $r in *be1=*be2=*) pass ipv6-tcp-spread-both-backends ;; *) fail ipv6-tcp-spread-both-backends "$r" ;; esac
+	case $r in *none=*) fail ipv6-every-request-answered "$r" ;; *) pass ipv6-every-request-answered ;; esac
+	r=$(http_get "[$WAN_IP6]" "$np_web")
+	case $r in be1 | be2) fail ipv4-service-not-on-ipv6 "the IPv4 Service answered on [$WAN_IP6]:$np_web" ;;
+	*) pass ipv4-service-not-on-ipv6 ;; esac
 
 	# No endpoints: refused at once, not left to time out.  The router itself
 	# listens on that port, so a refusal comes from the daemon's reject and not
@@ -769,6 +848,7 @@ run_arch() {
 	build_initramfs
 	start_guest
 	check_plumbing
+	[ "${NP_QEMU_NO_DAEMON:-0}" != 1 ] && check_payload
 	if [ "${NP_QEMU_NO_DAEMON:-0}" != 1 ] && start_daemon; then
 		check_dataplane
 		if [ "$BENCH" = 1 ]; then run_bench; fi
@@ -792,7 +872,9 @@ run_arch() {
 		tail -n 40 "$RUN/$ARCH/nodeportd.log" >&2 || true
 	fi
 	cleanup_arch
-	echo "TIME $ARCH $(($(date +%s) - t0)) boot=${BOOT_SECS:-?}" >>"$RUN/results"
+	touch "$RUN/$ARCH/resends" "$RUN/$ARCH/chaos"
+	log "console lines resent: $(wc -l <"$RUN/$ARCH/resends") (chaos injected: $(wc -l <"$RUN/$ARCH/chaos"))"
+	echo "TIME $ARCH $(($(date +%s) - t0)) boot=${BOOT_SECS:-?} resent=$(wc -l <"$RUN/$ARCH/resends")" >>"$RUN/results"
 	log "done in $(($(date +%s) - t0)) s (boot ${BOOT_SECS:-?} s); logs in $WORK/logs/$ARCH-*"
 }
 

@@ -3,7 +3,7 @@
 #
 #   tests/smoke/run.sh [TARGET...]   # default: every dist/<triple>/nodeportd present
 #
-# TARGET is a triple or a short name (mips, mipsel, armv7, aarch64, x86_64, s390x).
+# TARGET is a triple or a short name (mips, mipsel, armv7, aarch64, x86_64, s390x: cross/targets.sh).
 # For each binary: --version; --check-config on a good config (exit 0, TOML out, and the
 # TOML it prints is itself accepted) and on a bad one (exit 1, names the key); then a
 # --dry-run daemon on a temporary socket and state dir, driven by nodeportctl (the same
@@ -28,29 +28,10 @@ bad() { FAILED=$((FAILED + 1)); printf 'FAIL  %s: %s\n' "$CUR" "$*"; }
 log() { printf '[smoke] %s\n' "$*" >&2; }
 die() { printf '[smoke] error: %s\n' "$*" >&2; exit 2; }
 
-triple_of() {
-    case "$1" in
-        mips | mips-unknown-linux-musl) echo mips-unknown-linux-musl ;;
-        mipsel | mipsle | mipsel-unknown-linux-musl) echo mipsel-unknown-linux-musl ;;
-        armv7 | armhf | arm | armv7-unknown-linux-musleabihf) echo armv7-unknown-linux-musleabihf ;;
-        aarch64 | arm64 | aarch64-unknown-linux-musl) echo aarch64-unknown-linux-musl ;;
-        x86_64 | amd64 | x86_64-unknown-linux-musl) echo x86_64-unknown-linux-musl ;;
-        s390x | s390x-unknown-linux-gnu) echo s390x-unknown-linux-gnu ;;
-        *) return 1 ;;
-    esac
-}
-
-qemu_of() {
-    case "$1" in
-        mips-*) echo qemu-mips-static ;;
-        mipsel-*) echo qemu-mipsel-static ;;
-        armv7-*) echo qemu-arm-static ;;
-        aarch64-*) echo qemu-aarch64-static ;;
-        s390x-*) echo qemu-s390x-static ;;
-        x86_64-*) echo "" ;;
-        *) return 1 ;;
-    esac
-}
+# shellcheck source=cross/targets.sh
+. "$ROOT/cross/targets.sh"
+triple_of() { np_triple "$1"; }
+qemu_of() { np_qemu "$1"; }
 
 APT_UPDATED=0
 apt_install() {
