@@ -220,3 +220,37 @@ fn no_daemon_is_a_clear_error() {
     let err = text(&out.stderr);
     assert!(err.contains("cannot connect to nodeportd at") && err.contains("absent.sock"), "{err}");
 }
+
+/// Odd arguments get a usage error (exit 2), never a panic: multi-byte characters right
+/// after a dash, and arguments that are not UTF-8 at all.
+#[test]
+fn odd_arguments_are_errors_not_panics() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("none.sock");
+    let cases: Vec<Vec<&OsStr>> = vec![
+        vec![OsStr::new("-é")],
+        vec![OsStr::new("-😀")],
+        vec![OsStr::new("status"), OsStr::new("-é")],
+        vec![OsStr::new("get"), OsStr::from_bytes(b"\xff\xfe")],
+        vec![OsStr::from_bytes(b"-\xc3")],
+    ];
+    for args in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_nodeportd"))
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&sock)
+            .args(&args)
+            .output()
+            .expect("run nodeportctl");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains("error:"), "{args:?}: {err}");
+    }
+    // The daemon's own command line too.
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeportd")).arg(OsStr::from_bytes(b"--config=\xff")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("panicked"));
+}
