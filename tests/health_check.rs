@@ -7,7 +7,7 @@
 //!       2001:db8:1::2             198.18.1.9                  (not selected)
 //! ```
 //! Needs root, iproute2, nft, curl and python3; without root (or network namespaces)
-//! the test says so and passes, unless NODEPORTD_REQUIRE_NETNS is set. Namespaces are named `nphc<pid>…`
+//! the test says so and passes, unless NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set. Namespaces are named `nphc<pid>…`
 //! and removed on drop, also when the test fails.
 
 use std::path::Path;
@@ -21,7 +21,7 @@ const NODE: &str = "nphc-router";
 const PREFIX: &str = "nphc";
 
 /// Root with network namespaces and nft, or the test skips (unless
-/// NODEPORTD_REQUIRE_NETNS is set). Where it can run, a missing curl, ss or python3 is a
+/// NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set). Where it can run, a missing curl, ss or python3 is a
 /// failure, not a silent skip.
 fn available() -> bool {
     let ok =
@@ -29,8 +29,9 @@ fn available() -> bool {
     let usable = ok("unshare", &["--net", "true"]) && ok("ip", &["-V"]) && ok("nft", &["--version"]);
     if !usable {
         assert!(
-            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none(),
-            "NODEPORTD_REQUIRE_NETNS is set but root, ip or nft is missing"
+            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none()
+                && std::env::var_os("NODEPORTD_REQUIRE_ROOT").is_none(),
+            "NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set but root, ip or nft is missing"
         );
         eprintln!("skipped: needs root, iproute2 and nft");
         return false;
