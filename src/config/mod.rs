@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG: &str = "/etc/nodeportd/nodeportd.toml";
 pub const DEFAULT_SOCKET: &str = "/var/run/nodeportd/nodeportd.sock";
 pub const DEFAULT_STATE_DIR: &str = "/etc/nodeportd";
+/// Room for 100 persistent clients, a few short-lived ones and root's reserved slot.
+pub const DEFAULT_MAX_CONNECTIONS: i64 = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -316,7 +318,7 @@ impl Config {
             status_led,
             log_level,
             max_request_bytes: int_in("max_request_bytes", raw.max_request_bytes, 1 << 20, 1024, 64 << 20)? as usize,
-            max_connections: int_in("max_connections", raw.max_connections, 64, 1, 4096)? as usize,
+            max_connections: int_in("max_connections", raw.max_connections, DEFAULT_MAX_CONNECTIONS, 1, 4096)? as usize,
             idle_timeout_seconds: int_in("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)? as u64,
             resync_interval_seconds: int_in("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?
                 as u64,
