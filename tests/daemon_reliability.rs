@@ -2,7 +2,7 @@
 //! no privileges are needed): idle and leaky clients cannot lock the others out, one
 //! daemon per state directory, and a dry run leaves the default state directory alone.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -194,4 +194,167 @@ fn a_dry_run_without_an_explicit_state_dir_uses_a_private_one() {
     child.wait().unwrap();
     assert!(err.contains(&private.display().to_string()), "the log does not name the directory: {err}");
     assert!(!private.exists(), "{} left behind", private.display());
+}
+
+/// Root (mount), or skip; under NODEPORTD_REQUIRE_ROOT (CI) not being root fails.
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        assert!(std::env::var_os("NODEPORTD_REQUIRE_ROOT").is_none(), "NODEPORTD_REQUIRE_ROOT is set but not root");
+        eprintln!("skipped: mounting a tmpfs needs root");
+    }
+    root
+}
+
+/// Unmounts (lazily, so a still-open file cannot keep it) on drop, also on panic.
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn must(cmd: &mut Command) {
+    let st = cmd.status().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(st.success(), "{cmd:?} failed");
+}
+
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(".tmp") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Issue 12 on a real file system: a full tmpfs (ENOSPC) and a read-only mount (EROFS)
+/// under the daemon's state. The failed update or delete is refused with the errno, the
+/// served object stays byte-identical (resourceVersion included) and no temp file is left.
+#[test]
+fn a_full_or_read_only_state_fs_changes_nothing() {
+    if !root() {
+        return;
+    }
+    let dir = setup();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    must(Command::new("mount").args(["-t", "tmpfs", "-o", "size=256k", "nptest", state.to_str().unwrap()]));
+    let _tmpfs = Mount(state.clone());
+    let d = Daemon::start(dir.path());
+    let svc = |note: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "annotations": {"note": note}},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]}})
+        .to_string()
+    };
+    let apply = |text: String| {
+        let file = dir.path().join("obj.json");
+        std::fs::write(&file, text).unwrap();
+        d.ctl(&["apply", "-f", file.to_str().unwrap()])
+    };
+    let out = apply(svc("v1"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let get = || {
+        let out = d.ctl(&["get", "svc", "web", "-o", "json"]);
+        assert!(out.status.success());
+        out.stdout
+    };
+    let before = get();
+    let file = state.join("objects/services/default/web.json");
+    let on_disk = std::fs::read(&file).unwrap();
+
+    // ENOSPC: fill the tmpfs.
+    {
+        let mut f = std::fs::File::create(state.join("filler")).unwrap();
+        let block = vec![0u8; 4096];
+        while f.write_all(&block).and_then(|()| f.sync_all()).is_ok() {}
+    }
+    let out = apply(svc(&"x".repeat(8192)));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "an update on a full file system succeeded");
+    assert!(err.contains("No space left on device"), "{err}");
+    assert_eq!(get(), before, "ENOSPC changed the served object");
+    assert_eq!(std::fs::read(&file).unwrap(), on_disk);
+    assert_eq!(temp_files(&state), Vec::<PathBuf>::new());
+    std::fs::remove_file(state.join("filler")).unwrap();
+
+    // EROFS: the objects directory read-only (a read-only bind mount over itself; the
+    // lock file, open for writing, stays on the writable mount).
+    let objects = state.join("objects");
+    must(Command::new("mount").arg("--bind").arg(&objects).arg(&objects));
+    let _bind = Mount(objects.clone());
+    must(Command::new("mount").args(["-o", "remount,bind,ro"]).arg(&objects));
+    let out = apply(svc("v2"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("Read-only file system"), "{err}");
+    let out = d.ctl(&["delete", "svc", "web"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a delete on a read-only file system succeeded");
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert_eq!(get(), before, "EROFS changed the served object");
+    assert_eq!(std::fs::read(&file).unwrap(), on_disk);
+    assert_eq!(temp_files(&state), Vec::<PathBuf>::new());
+    // Writable again: the update goes through with the next resourceVersion.
+    drop(_bind);
+    let out = apply(svc("v3"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&get()).unwrap();
+    let old: serde_json::Value = serde_json::from_slice(&before).unwrap();
+    let rv = |v: &serde_json::Value| v["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+    assert!(rv(&v) > rv(&old));
+    assert_eq!(v["spec"]["ports"][0]["nodePort"], old["spec"]["ports"][0]["nodePort"]);
+}
+
+/// Issue 11 item 4 with the real daemon: a List goes in one `objects.apply` call; an
+/// object named twice is applied twice in order (the second sees the first), a refused
+/// one does not stop the others, and the output is one line per object as before.
+#[test]
+fn a_list_is_applied_in_one_call_with_per_object_results() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let svc = |name: &str, port: i64| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"type": "NodePort", "ports": [{"port": port}]}})
+    };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
+        svc("a", 80), svc("b", 80), svc("a", 81), svc("bad", 0), svc("c", 80)]});
+    let file = dir.path().join("list.json");
+    std::fs::write(&file, list.to_string()).unwrap();
+    let out = d.ctl(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "service/default/a created\nservice/default/b created\nservice/default/a configured\nservice/default/c created\n"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.ports[0].port"), "{err}");
+    let out = d.ctl(&["get", "svc", "a", "-o", "json"]);
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["spec"]["ports"][0]["port"], 81);
+    assert_eq!(a["metadata"]["generation"], 2);
+    // Raw: one call, one result per object, in order.
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply",
+        "params": {"objects": [svc("a", 81), 7, svc("d", 80)]}});
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let results = r["result"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{r}");
+    assert_eq!(results[0]["action"], "unchanged");
+    assert!(results[1]["error"]["message"].as_str().unwrap().contains("params.objects[1]"), "{r}");
+    assert_eq!(results[2]["action"], "created");
 }
