@@ -24,6 +24,9 @@ cargo test -- --test-threads=2
 
 [ "$mode" = quick ] && { step "quick checks passed in $(( $(date +%s) - start ))s"; exit 0; }
 
+step "the README quick start as a user who is not root"
+tests/quickstart/run.sh
+
 if [ -x fuzz/run.sh ]; then
     step "fuzz the request path (bounded)"
     fuzz/run.sh 30

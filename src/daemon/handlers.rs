@@ -1,7 +1,9 @@
 //! The JSON-RPC methods: request → validate → allocate → persist. The data plane
 //! follows from the stored state (the sync task is woken after every change).
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
 use serde_json::{json, Value};
 
@@ -11,59 +13,283 @@ use crate::api::rpc::{opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
 use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Service, SERVICE_NAME_LABEL};
 use crate::registry::{Action, EndpointsKind, Object, Prepared, Registry, Stamp};
-use crate::store::{Kind, Op, Outcome, Store};
+use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 
-/// Dispatch one method call against the daemon state.
-pub fn call(st: &mut State, method: &str, params: Value) -> Result<Value, RpcError> {
+/// Dispatch one method call. Reads answer at once from memory; writes prepare under a
+/// short borrow, wait for the store thread (other requests are served meanwhile), then
+/// commit. The state is never borrowed across an await.
+pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result<Value, RpcError> {
+    let intents = match method {
+        "service.apply" => {
+            let AnyObject::Service(svc) = parse_one(object_param(&params)?, Some(("Service", "v1")), "Service")? else {
+                return Err(RpcError::invalid_params(
+                    "params.object: Invalid value: not a Service: use endpoints.apply",
+                ));
+            };
+            vec![Ok(Intent::Apply(AnyObject::Service(svc)))]
+        }
+        "endpoints.apply" => {
+            let obj = parse_one(object_param(&params)?, None, "Endpoints or EndpointSlice")?;
+            if obj.kind() == "Service" {
+                return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
+            }
+            vec![Ok(Intent::Apply(obj))]
+        }
+        "service.delete" => {
+            let (ns, name) = ns_name(&params)?;
+            vec![Ok(Intent::DeleteService(ns.to_string(), name.to_string()))]
+        }
+        "endpoints.delete" => {
+            let (ns, name) = ns_name(&params)?;
+            let kind = match endpoints_kind(&params)? {
+                Some(k) => k,
+                None => endpoints_kind_of(&find_endpoints(&st.borrow(), None, ns, name)?),
+            };
+            vec![Ok(Intent::DeleteEndpoints(kind, ns.to_string(), name.to_string()))]
+        }
+        "objects.apply" => objects_param(&params)?,
+        _ => return read(&mut st.borrow_mut(), method, &params),
+    };
+    let batch = method == "objects.apply";
+    let results = write(&st, intents).await;
+    if batch {
+        let results: Vec<Value> = results
+            .into_iter()
+            .map(|r| match r {
+                Ok((action, obj)) => json!({ "action": action.to_string(), "object": object_json(&obj) }),
+                Err(e) => json!({ "error": e.to_json() }),
+            })
+            .collect();
+        return Ok(json!({ "results": results }));
+    }
+    let (action, obj) = results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
+    Ok(match method {
+        "service.delete" | "endpoints.delete" => json!({ "object": object_json(&obj) }),
+        _ => json!({ "action": action.to_string(), "object": object_json(&obj) }),
+    })
+}
+
+/// The methods that change nothing.
+fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError> {
     // Reservations of changes abandoned by an earlier request go back first.
     st.registry.settle();
     match method {
-        "service.apply" => service_apply(st, &params),
         "service.get" => {
-            let (ns, name) = ns_name(&params)?;
+            let (ns, name) = ns_name(params)?;
             let svc = st.registry.get_service(ns, name)?;
             Ok(json!({ "object": svc }))
         }
         "service.list" => {
-            let ns = opt_str_param(&params, "namespace")?;
+            let ns = opt_str_param(params, "namespace")?;
             let items: Vec<Service> = st.registry.list_services(ns);
             Ok(json!({ "apiVersion": "v1", "kind": "ServiceList", "items": items }))
         }
-        "service.delete" => {
-            let (ns, name) = ns_name(&params)?;
-            let p = st.registry.prepare_delete_service(ns, name)?;
-            let (_, obj) = write_one(st, p)?;
-            Ok(json!({ "object": object_json(&obj) }))
-        }
-        "endpoints.apply" => endpoints_apply(st, &params),
         "endpoints.get" => {
-            let (ns, name) = ns_name(&params)?;
-            let kind = endpoints_kind(&params)?;
+            let (ns, name) = ns_name(params)?;
+            let kind = endpoints_kind(params)?;
             let obj = find_endpoints(st, kind, ns, name)?;
             Ok(json!({ "object": endpoints_json(&obj) }))
         }
         "endpoints.list" => {
-            let ns = opt_str_param(&params, "namespace")?;
-            let kind = endpoints_kind(&params)?;
+            let ns = opt_str_param(params, "namespace")?;
+            let kind = endpoints_kind(params)?;
             let items: Vec<Value> = st.registry.list_endpoints(kind, ns).iter().map(endpoints_json).collect();
             Ok(json!({ "apiVersion": "v1", "kind": "List", "items": items }))
         }
-        "endpoints.delete" => {
-            let (ns, name) = ns_name(&params)?;
-            let (ns, name) = (ns.to_string(), name.to_string());
-            let kind = endpoints_kind(&params)?;
-            let kind = match kind {
-                Some(k) => k,
-                None => endpoints_kind_of(&find_endpoints(st, None, &ns, &name)?),
-            };
-            let p = st.registry.prepare_delete_endpoints(kind, &ns, &name)?;
-            let (_, obj) = write_one(st, p)?;
-            Ok(json!({ "object": object_json(&obj) }))
-        }
-        "objects.apply" => objects_apply(st, &params),
         "status" => Ok(super::status::status(st)),
         _ => Err(method_not_found(method)),
     }
+}
+
+/// One change a request asks for.
+#[allow(clippy::large_enum_variant)] // a few per request, moved once: not worth a box
+enum Intent {
+    Apply(AnyObject),
+    DeleteService(String, String),
+    DeleteEndpoints(EndpointsKind, String, String),
+}
+
+impl Intent {
+    /// The object it names: writes to one object are serialised.
+    fn key(&self) -> WriteKey {
+        match self {
+            Intent::Apply(o) => {
+                let class = match o.kind() {
+                    "Service" => 0,
+                    "Endpoints" => 1,
+                    _ => 2,
+                };
+                (class, o.meta().ns().to_string(), o.meta().name.clone())
+            }
+            Intent::DeleteService(ns, n) => (0, ns.clone(), n.clone()),
+            Intent::DeleteEndpoints(EndpointsKind::Endpoints, ns, n) => (1, ns.clone(), n.clone()),
+            Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, ns, n) => (2, ns.clone(), n.clone()),
+        }
+    }
+}
+
+/// (kind class, namespace, name)
+pub type WriteKey = (u8, String, String);
+
+/// The objects with a write in flight. A write waits until none of its objects has
+/// one, so two writes to one object are prepared and committed one after the other.
+#[derive(Default)]
+pub struct WriteLocks {
+    busy: RefCell<BTreeSet<WriteKey>>,
+    done: tokio::sync::Notify,
+}
+
+impl WriteLocks {
+    /// Whether any write is in flight.
+    pub fn idle(&self) -> bool {
+        self.busy.borrow().is_empty()
+    }
+
+    /// Waits until no write is in flight (a config reload swaps the registry then).
+    pub async fn wait_idle(&self) {
+        loop {
+            let done = self.done.notified();
+            if self.idle() {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    async fn lock(self: &Rc<Self>, keys: BTreeSet<WriteKey>) -> KeyGuard {
+        loop {
+            let done = self.done.notified();
+            {
+                let mut busy = self.busy.borrow_mut();
+                if keys.iter().all(|k| !busy.contains(k)) {
+                    busy.extend(keys.iter().cloned());
+                    return KeyGuard { locks: self.clone(), keys };
+                }
+            }
+            done.await;
+        }
+    }
+}
+
+struct KeyGuard {
+    locks: Rc<WriteLocks>,
+    keys: BTreeSet<WriteKey>,
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        let mut busy = self.locks.busy.borrow_mut();
+        for k in &self.keys {
+            busy.remove(k);
+        }
+        self.locks.done.notify_waiters();
+    }
+}
+
+/// `objects.apply`'s `params.objects`, parsed and validated one by one.
+fn objects_param(params: &Value) -> Result<Vec<Result<Intent, RpcError>>, RpcError> {
+    let items = match params.get("objects") {
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "params.objects: Invalid value: {}: must be an array of objects",
+                truncate(&other.to_string())
+            )))
+        }
+        None => return Err(RpcError::invalid_params("params.objects: Required value")),
+    };
+    let mut out = Vec::new();
+    for (i, v) in items.iter().enumerate() {
+        match v {
+            Value::Object(_) => match parse_object(v.clone()) {
+                Ok(objs) => out.extend(objs.into_iter().map(|o| match o.validate() {
+                    Ok(()) => Ok(Intent::Apply(o)),
+                    Err(e) => Err(RpcError::from(e)),
+                })),
+                Err(e) => out.push(Err(RpcError::from(e))),
+            },
+            other => out.push(Err(RpcError::invalid_params(format!(
+                "params.objects[{i}]: Invalid value: {}: must be a Kubernetes object",
+                truncate(&other.to_string())
+            )))),
+        }
+    }
+    Ok(out)
+}
+
+/// Apply intents in order: groups without a repeated object are prepared together,
+/// written as one batch (shared fsyncs) and committed; one result per intent.
+async fn write(
+    st: &Rc<RefCell<State>>,
+    intents: Vec<Result<Intent, RpcError>>,
+) -> Vec<Result<(Action, Object), RpcError>> {
+    let mut results: Vec<Option<Result<(Action, Object), RpcError>>> = Vec::with_capacity(intents.len());
+    let mut group: Vec<(usize, Intent)> = Vec::new();
+    let mut keys: BTreeSet<WriteKey> = BTreeSet::new();
+    let mut groups: Vec<Vec<(usize, Intent)>> = Vec::new();
+    for (i, it) in intents.into_iter().enumerate() {
+        results.push(None);
+        match it {
+            Err(e) => results[i] = Some(Err(e)),
+            Ok(it) => {
+                if !keys.insert(it.key()) {
+                    groups.push(std::mem::take(&mut group));
+                    keys.clear();
+                    keys.insert(it.key());
+                }
+                group.push((i, it));
+            }
+        }
+    }
+    groups.push(group);
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
+        for (i, r) in write_group(st, group).await {
+            results[i] = Some(r);
+        }
+    }
+    results.into_iter().map(|r| r.unwrap_or_else(|| Err(ApiError::internal("no result").into()))).collect()
+}
+
+async fn write_group(
+    st: &Rc<RefCell<State>>,
+    group: Vec<(usize, Intent)>,
+) -> Vec<(usize, Result<(Action, Object), RpcError>)> {
+    let locks = st.borrow().writing.clone();
+    let _guard = locks.lock(group.iter().map(|(_, it)| it.key()).collect()).await;
+    let mut out = Vec::new();
+    // Prepare (reserves values; changes nothing served).
+    let (prepared, writer) = {
+        let mut s = st.borrow_mut();
+        let stamp = s.stamp();
+        let mut prepared: Vec<(usize, Prepared)> = Vec::new();
+        for (i, it) in group {
+            let p = match it {
+                Intent::Apply(AnyObject::Service(svc)) => s.registry.prepare_service(svc, &stamp),
+                Intent::Apply(other) => match other.into_endpoints() {
+                    Some(e) => s.registry.prepare_endpoints(e, &stamp),
+                    None => Err(ApiError::internal("not a Service, Endpoints or EndpointSlice")),
+                },
+                Intent::DeleteService(ns, n) => s.registry.prepare_delete_service(&ns, &n),
+                Intent::DeleteEndpoints(k, ns, n) => s.registry.prepare_delete_endpoints(k, &ns, &n),
+            };
+            match p {
+                Ok(p) => prepared.push((i, p)),
+                Err(e) => out.push((i, Err(e.into()))),
+            }
+        }
+        (prepared, s.store.clone())
+    };
+    let (idx, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
+    // Persist, off the event loop.
+    let (ops, op_of) = store_ops(&prepared);
+    let outcomes = if ops.is_empty() { Vec::new() } else { writer.write(ops).await };
+    // Commit what is on disk.
+    let mut s = st.borrow_mut();
+    let committed = commit_outcomes(&mut s.registry, prepared, &op_of, outcomes);
+    for (i, r) in idx.into_iter().zip(mark_changed(&mut s, committed)) {
+        out.push((i, r));
+    }
+    out
 }
 
 fn ns_name(params: &Value) -> Result<(&str, &str), RpcError> {
@@ -157,116 +383,8 @@ fn parse_one(v: &Value, default_kind: Option<(&str, &str)>, wanted: &str) -> Res
     Ok(obj)
 }
 
-fn service_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let AnyObject::Service(svc) = parse_one(object_param(params)?, Some(("Service", "v1")), "Service")? else {
-        return Err(RpcError::invalid_params("params.object: Invalid value: not a Service: use endpoints.apply"));
-    };
-    let stamp = st.stamp();
-    let p = st.registry.prepare_service(svc, &stamp)?;
-    let (action, obj) = write_one(st, p)?;
-    Ok(json!({ "action": action.to_string(), "object": object_json(&obj) }))
-}
-
-fn endpoints_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let obj = parse_one(object_param(params)?, None, "Endpoints or EndpointSlice")?;
-    let Some(obj) = obj.into_endpoints() else {
-        return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
-    };
-    let stamp = st.stamp();
-    let p = st.registry.prepare_endpoints(obj, &stamp)?;
-    let (action, obj) = write_one(st, p)?;
-    Ok(json!({ "action": action.to_string(), "object": object_json(&obj) }))
-}
-
-/// `objects.apply` (docs/extensions.md): `{"objects": [...]}`, each a Service, Endpoints
-/// or EndpointSlice (a `List` is unwrapped). The objects are applied in order as
-/// `service.apply`/`endpoints.apply` would, persisted together with shared fsyncs, and
-/// the data plane syncs them as one batch. One result per object, in order:
-/// `{"action", "object"}` or `{"error": {"code", "message", "data"}}`.
-fn objects_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let items = match params.get("objects") {
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            return Err(RpcError::invalid_params(format!(
-                "params.objects: Invalid value: {}: must be an array of objects",
-                truncate(&other.to_string())
-            )))
-        }
-        None => return Err(RpcError::invalid_params("params.objects: Required value")),
-    };
-    let mut parsed: Vec<Result<AnyObject, RpcError>> = Vec::new();
-    for (i, v) in items.iter().enumerate() {
-        let at = |e: RpcError| RpcError { message: format!("params.objects[{i}]: {}", e.message), ..e };
-        match v {
-            Value::Object(_) => match parse_object(v.clone()) {
-                Ok(objs) => parsed.extend(objs.into_iter().map(|o| o.validate().map(|()| o).map_err(RpcError::from))),
-                Err(e) => parsed.push(Err(RpcError::from(e))),
-            },
-            other => parsed.push(Err(at(RpcError::invalid_params(format!(
-                "Invalid value: {}: must be a Kubernetes object",
-                truncate(&other.to_string())
-            ))))),
-        }
-    }
-    let stamp = st.stamp();
-    let mut results: Vec<Value> = Vec::with_capacity(parsed.len());
-    // Prepared changes of the current group: persisted together. An object named twice
-    // starts a new group, so that the second sees the first committed.
-    let mut group: Vec<(usize, Prepared)> = Vec::new();
-    let mut keys: std::collections::BTreeSet<(bool, String, String)> = Default::default();
-    let mut slots: Vec<Option<Value>> = Vec::new();
-    for obj in parsed {
-        let i = slots.len();
-        slots.push(None);
-        let obj = match obj {
-            Ok(o) => o,
-            Err(e) => {
-                slots[i] = Some(json!({ "error": e.to_json() }));
-                continue;
-            }
-        };
-        let key = (obj.kind() == "Service", obj.meta().ns().to_string(), obj.meta().name.clone());
-        if keys.contains(&key) {
-            flush(st, std::mem::take(&mut group), &mut slots);
-            keys.clear();
-        }
-        keys.insert(key);
-        let prepared = match obj {
-            AnyObject::Service(svc) => st.registry.prepare_service(svc, &stamp),
-            other => match other.into_endpoints() {
-                Some(e) => st.registry.prepare_endpoints(e, &stamp),
-                None => Err(ApiError::internal("not a Service, Endpoints or EndpointSlice")),
-            },
-        };
-        match prepared {
-            Ok(p) => group.push((i, p)),
-            Err(e) => slots[i] = Some(json!({ "error": RpcError::from(e).to_json() })),
-        }
-    }
-    flush(st, group, &mut slots);
-    results.extend(slots.into_iter().map(|v| v.unwrap_or(Value::Null)));
-    Ok(json!({ "results": results }))
-}
-
-/// Persist and commit one group of `objects.apply`, filling in its results.
-fn flush(st: &mut State, group: Vec<(usize, Prepared)>, slots: &mut [Option<Value>]) {
-    let (idx, prepared): (Vec<usize>, Vec<Prepared>) = group.into_iter().unzip();
-    for (i, r) in idx.into_iter().zip(write_batch(st, prepared)) {
-        slots[i] = Some(match r {
-            Ok((action, obj)) => json!({ "action": action.to_string(), "object": object_json(&obj) }),
-            Err(e) => json!({ "error": e.to_json() }),
-        });
-    }
-}
-
-fn write_one(st: &mut State, p: Prepared) -> Result<(Action, Object), RpcError> {
-    write_batch(st, vec![p]).pop().unwrap_or_else(|| Err(ApiError::internal("no result").into()))
-}
-
-/// Persist prepared changes (shared fsyncs), commit those that are on disk, and tell
-/// the data plane what changed.
-fn write_batch(st: &mut State, prepared: Vec<Prepared>) -> Vec<Result<(Action, Object), RpcError>> {
-    let done = persist_and_commit(&mut st.registry, &mut st.store, prepared);
+/// Tell the data plane and the log what the committed changes changed.
+fn mark_changed(st: &mut State, done: Vec<Result<Committed, RpcError>>) -> Vec<Result<(Action, Object), RpcError>> {
     let mut out = Vec::with_capacity(done.len());
     for r in done {
         match r {
@@ -282,11 +400,8 @@ fn write_batch(st: &mut State, prepared: Vec<Prepared>) -> Vec<Result<(Action, O
                         }
                     }
                     let (ns, name) = c.object.key();
-                    log::info!(
-                        "{}/{ns}/{name} {}",
-                        kind_word(&c.object),
-                        if c.deleted { "deleted".to_string() } else { c.action.to_string() }
-                    );
+                    let what = if c.deleted { "deleted".to_string() } else { c.action.to_string() };
+                    log::info!("{}/{ns}/{name} {what}", kind_word(&c.object));
                 }
                 out.push(c.error.map_or(Ok((c.action, c.object)), Err));
             }
@@ -315,34 +430,65 @@ pub struct Committed {
     pub error: Option<RpcError>,
 }
 
-/// The write path of every method: the prepared changes are written with shared fsyncs
-/// (`Store::apply`); each one that reached the disk is committed, each one that did not
-/// is dropped, which gives back its reservations, so the registry serves exactly what it
-/// served before. No undo.
+/// The write path, in one step (tests; the daemon splits it around the store thread):
+/// the prepared changes are written with shared fsyncs (`Store::apply`); each one that
+/// reached the disk is committed, each one that did not is dropped, which gives back
+/// its reservations, so the registry serves exactly what it served before. No undo.
 pub fn persist_and_commit(
     registry: &mut Registry,
     store: &mut Store,
     prepared: Vec<Prepared>,
 ) -> Vec<Result<Committed, RpcError>> {
-    let values: Vec<Option<Value>> =
-        prepared.iter().map(|p| (p.changes_anything() && !p.is_delete()).then(|| object_json(p.object()))).collect();
-    let mut ops: Vec<Op<'_>> = Vec::new();
-    let mut op_of: Vec<Option<usize>> = Vec::with_capacity(prepared.len());
-    for (p, v) in prepared.iter().zip(&values) {
+    let (ops, op_of) = store_ops(&prepared);
+    let borrowed: Vec<Op<'_>> = ops
+        .iter()
+        .map(|o| Op { kind: o.kind, namespace: &o.namespace, name: &o.name, object: o.object.as_ref() })
+        .collect();
+    let outcomes = store.apply(&borrowed);
+    commit_outcomes(registry, prepared, &op_of, outcomes)
+}
+
+/// The store changes of prepared changes, and which op each one has (none when it
+/// changes nothing).
+fn store_ops(prepared: &[Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
+    let mut ops = Vec::new();
+    let mut op_of = Vec::with_capacity(prepared.len());
+    for p in prepared {
         if !p.changes_anything() {
             op_of.push(None);
             continue;
         }
         let (namespace, name) = p.object().key();
         op_of.push(Some(ops.len()));
-        ops.push(Op { kind: store_kind_of(p.object()), namespace, name, object: v.as_ref() });
+        ops.push(OwnedOp {
+            kind: store_kind_of(p.object()),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            object: (!p.is_delete()).then(|| object_json(p.object())),
+        });
     }
-    let mut outcomes: Vec<Option<Outcome>> = store.apply(&ops).into_iter().map(Some).collect();
+    (ops, op_of)
+}
+
+/// Commit each prepared change whose write reached the disk; drop the others.
+fn commit_outcomes(
+    registry: &mut Registry,
+    prepared: Vec<Prepared>,
+    op_of: &[Option<usize>],
+    outcomes: Vec<Outcome>,
+) -> Vec<Result<Committed, RpcError>> {
+    let mut outcomes: Vec<Option<Outcome>> = outcomes.into_iter().map(Some).collect();
     let mut out = Vec::with_capacity(prepared.len());
     for (p, op) in prepared.into_iter().zip(op_of) {
-        let outcome = op.and_then(|i| outcomes[i].take());
+        let outcome = op.and_then(|i| outcomes.get_mut(i).and_then(Option::take));
         let what = describe(&p);
         let error = match outcome {
+            None if op.is_some() => {
+                drop(p);
+                registry.settle();
+                out.push(Err(ApiError::internal(format!("cannot persist {what}: no answer from the store")).into()));
+                continue;
+            }
             None | Some(Outcome::Done) => None,
             Some(Outcome::NotWritten(e)) => {
                 // Dropping `p` releases what it reserved: nothing changed.
@@ -425,10 +571,10 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::Cell;
     use std::io;
     use std::path::Path;
-    use std::rc::Rc;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
 
     use super::*;
     use crate::config::PortRange;
@@ -506,11 +652,11 @@ mod tests {
                         .map(|(k, n)| std::fs::read(d.join(format!("objects/{k}/default/{n}.json"))).unwrap())
                 };
                 let disk = files(dir.path());
-                let reached = Rc::new(Cell::new(0u32));
+                let reached = Arc::new(AtomicU32::new(0));
                 let r2 = reached.clone();
                 store.set_fault_hook(Some(Box::new(move |s: IoStep, _p: &Path| {
                     if s == step {
-                        r2.set(r2.get() + 1);
+                        r2.fetch_add(1, Ordering::Relaxed);
                         return Err(io::Error::from_raw_os_error(errno));
                     }
                     Ok(())
@@ -529,7 +675,7 @@ mod tests {
                 };
                 let results = persist_and_commit(&mut reg, &mut store, batch);
                 let what = format!("{step:?} errno {errno} delete={delete}");
-                assert_eq!(reached.get(), 2, "{what}: the step was not reached for both objects");
+                assert_eq!(reached.load(Ordering::Relaxed), 2, "{what}: the step was not reached for both objects");
                 for r in &results {
                     let e = r.as_ref().err().unwrap_or_else(|| panic!("{what}: the write must fail"));
                     assert!(e.message.contains("cannot persist"), "{}", e.message);

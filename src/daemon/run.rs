@@ -23,7 +23,10 @@ use crate::store::{Kind, Store, Stored};
 pub struct State {
     pub cfg: Config,
     pub registry: Registry,
-    pub store: Store,
+    /// The store, on its own thread.
+    pub store: crate::store::Writer,
+    /// Objects with a write in flight.
+    pub writing: Rc<super::handlers::WriteLocks>,
     pub node: NodeState,
     pub dataplane: DataplaneStatus,
     /// The `healthCheckNodePort` listeners.
@@ -152,9 +155,11 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         let engine = Engine::new(&cfg, args.dry_run).await?;
         let wake = Rc::new(Notify::new());
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
+        let store = crate::store::Writer::spawn(store).map_err(|e| format!("cannot start the store thread: {e}"))?;
         let st = Rc::new(RefCell::new(State {
             registry,
             store,
+            writing: Rc::default(),
             node,
             dataplane: DataplaneStatus::new(),
             health: super::health::HealthChecks::new(),
@@ -175,8 +180,10 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             first_request_timeout: server::FIRST_REQUEST_TIMEOUT,
         };
         let handler_state = st.clone();
-        let handler = server::sync_handler(move |method, params, _cred| {
-            super::handlers::call(&mut handler_state.borrow_mut(), method, params)
+        let handler: server::Handler = Rc::new(move |method, params, _cred| {
+            let st = handler_state.clone();
+            let method = method.to_string();
+            Box::pin(async move { super::handlers::call(st, &method, params).await })
         });
         tokio::task::spawn_local(server::serve(listener, handler, limits, group));
 
@@ -243,6 +250,10 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
     if let Some(dir) = dry_run_state_dir(args, &new) {
         new.state_dir = dir;
     }
+    // A new registry must not see changes prepared in the old one: wait for writes in
+    // flight (then nothing awaits until the swap).
+    let writing = st.borrow().writing.clone();
+    writing.wait_idle().await;
     let mut s = st.borrow_mut();
     let old = s.cfg.clone();
     for (what, changed) in [

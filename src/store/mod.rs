@@ -78,7 +78,7 @@ pub enum IoStep {
 
 /// Called before every step of a write; an error makes the step fail with it (tests
 /// inject ENOSPC, EROFS, EIO at the store's I/O boundary this way).
-pub type FaultHook = Box<dyn FnMut(IoStep, &Path) -> io::Result<()>>;
+pub type FaultHook = Box<dyn FnMut(IoStep, &Path) -> io::Result<()> + Send>;
 
 /// One change of a batch: write `object`, or remove the file when it is `None`.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +87,85 @@ pub struct Op<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
     pub object: Option<&'a Value>,
+}
+
+/// An [`Op`] that owns its data, to hand to the [`Writer`] thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedOp {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub object: Option<Value>,
+}
+
+impl OwnedOp {
+    fn borrowed(&self) -> Op<'_> {
+        Op { kind: self.kind, namespace: &self.namespace, name: &self.name, object: self.object.as_ref() }
+    }
+}
+
+struct Job {
+    ops: Vec<OwnedOp>,
+    reply: tokio::sync::oneshot::Sender<Vec<Outcome>>,
+}
+
+/// The store on its own thread, so fsyncs never block the event loop. Jobs that arrive
+/// while a batch is being written are written together as the next batch (group
+/// commit): concurrent writes share their directory fsyncs. Jobs must not name an
+/// object another job in flight names (the caller serialises writes per object).
+#[derive(Clone)]
+pub struct Writer {
+    tx: std::sync::mpsc::Sender<Job>,
+    writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    batches: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Writer {
+    pub fn spawn(mut store: Store) -> io::Result<Writer> {
+        use std::sync::atomic::Ordering;
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let writes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(store.writes));
+        let batches = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (w, b) = (writes.clone(), batches.clone());
+        std::thread::Builder::new().name("nodeportd-store".into()).spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut jobs = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    jobs.push(more);
+                }
+                let ops: Vec<Op<'_>> = jobs.iter().flat_map(|j| j.ops.iter().map(OwnedOp::borrowed)).collect();
+                let mut outcomes = store.apply(&ops).into_iter();
+                w.store(store.writes, Ordering::Relaxed);
+                b.fetch_add(1, Ordering::Relaxed);
+                for job in jobs {
+                    let mine: Vec<Outcome> = outcomes.by_ref().take(job.ops.len()).collect();
+                    let _ = job.reply.send(mine);
+                }
+            }
+        })?;
+        Ok(Writer { tx, writes, batches })
+    }
+
+    /// Write a batch durably on the store thread; one outcome per op, in order.
+    pub async fn write(&self, ops: Vec<OwnedOp>) -> Vec<Outcome> {
+        let n = ops.len();
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let gone = || (0..n).map(|_| Outcome::NotWritten(StoreError("the store thread is gone".into()))).collect();
+        if self.tx.send(Job { ops, reply }).is_err() {
+            return gone();
+        }
+        rx.await.unwrap_or_else(|_| gone())
+    }
+
+    /// Files written since start.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Batches written since start (each with its shared fsyncs).
+    pub fn batches(&self) -> u64 {
+        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What became of one change of a batch.
@@ -455,6 +534,61 @@ mod tests {
         assert!(e.0.contains(&format!("nodeportd pid {}", std::process::id())), "{e}");
         drop(lock);
         lock_state_dir(dir.path()).unwrap();
+    }
+
+    /// Group commit: jobs that arrive while a batch is being written go together in the
+    /// next batch; the caller's thread never waits for the disk but in `write().await`.
+    #[test]
+    fn the_writer_thread_batches_concurrent_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path()).unwrap();
+        let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let held = gate.lock().unwrap();
+        let g = gate.clone();
+        // The first directory fsync waits for the test to open the gate.
+        store.set_fault_hook(Some(Box::new(move |step: IoStep, _p: &Path| {
+            if step == IoStep::FsyncDir {
+                drop(g.lock().unwrap());
+            }
+            Ok(())
+        })));
+        let w = Writer::spawn(store).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let op = |name: &str| OwnedOp {
+            kind: Kind::Service,
+            namespace: "default".into(),
+            name: name.into(),
+            object: Some(json!({"n": name})),
+        };
+        let outcomes = rt.block_on(async {
+            let first = tokio::spawn({
+                let w = w.clone();
+                let o = op("a");
+                async move { w.write(vec![o]).await }
+            });
+            // Let the first job reach the blocked fsync, then queue ten more.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let rest: Vec<_> = (0..10)
+                .map(|i| {
+                    let w = w.clone();
+                    let o = op(&format!("b{i}"));
+                    tokio::spawn(async move { w.write(vec![o]).await })
+                })
+                .collect();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert_eq!(w.batches(), 0, "the first batch is still waiting on its fsync");
+            drop(held);
+            let mut all = vec![first.await.unwrap()];
+            for r in rest {
+                all.push(r.await.unwrap());
+            }
+            all
+        });
+        assert!(outcomes.iter().flatten().all(|o| matches!(o, Outcome::Done)));
+        assert_eq!(w.writes(), 11);
+        assert_eq!(w.batches(), 2, "the ten jobs queued behind the first must share one batch");
+        let (_, objs) = Store::open(dir.path()).unwrap();
+        assert_eq!(objs.len(), 11);
     }
 
     #[test]
