@@ -35,8 +35,8 @@ $as_user
 out=\$(./target/release/nodeportctl get svc)
 echo "\$out" | grep -q '^web ' || { echo "web is not listed: \$out" >&2; exit 1; }
 ./target/release/nodeportctl status | grep -qi 'nodeport' || { echo "status printed nothing useful" >&2; exit 1; }
-kill $!
-wait $! || true
+kill \$!
+wait \$! || true
 SCRIPT
 )
 
