@@ -241,7 +241,8 @@ fn health_check_node_port_answers_like_kube_proxy() {
     ctl(&format!("apply -f {}", p("o.json")), Some(&service("web", "198.18.3.50", None)));
     ctl(&format!("apply -f {}", p("o.json")), Some(&slice("web", [NODE, "other-node"])));
     let stored: Value = serde_json::from_str(&ctl("get svc web -n default -o json", None)).unwrap();
-    let port = stored["spec"]["healthCheckNodePort"].as_u64().expect("an allocated healthCheckNodePort") as u16;
+    let port = u16::try_from(stored["spec"]["healthCheckNodePort"].as_u64().expect("an allocated healthCheckNodePort"))
+        .expect("a port number");
     net.wait_for("the health check listener", Duration::from_secs(5), || net.listening(port));
 
     // One local endpoint of two: 200, weight 1, kube-proxy's body.

@@ -13,7 +13,9 @@ pub struct PeerCred {
 
 pub fn peer_cred(sock: &impl AsRawFd) -> std::io::Result<PeerCred> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let Ok(mut len) = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()) else {
+        return Err(std::io::Error::other("struct ucred does not fit socklen_t"));
+    };
     // SAFETY: `cred` is a valid, writable ucred and `len` holds its exact size, as
     // getsockopt(SO_PEERCRED) requires; the fd is owned by `sock` for the whole call.
     let rc = unsafe {

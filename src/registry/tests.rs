@@ -163,7 +163,7 @@ fn reapply_without_nodeports_keeps_them_and_naming_one_moves_it() {
         .unwrap();
     assert_eq!(node_ports(&s4), vec![30001, first[1]]);
     let held: BTreeSet<u16> = r.node_ports.allocated().into_iter().collect();
-    assert_eq!(held, BTreeSet::from([30001, first[1] as u16]));
+    assert_eq!(held, BTreeSet::from([30001, u16::try_from(first[1]).unwrap()]));
     // The old port is free for someone else now.
     r.apply_service(np("other", json!([{"port": 1, "nodePort": first[0]}])), &stamp()).unwrap();
 }
@@ -215,7 +215,7 @@ fn same_port_number_different_protocols_share_one_nodeport() {
 fn type_change_to_clusterip_releases_nodeports() {
     let mut r = reg();
     let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
-    let p = node_ports(&s)[0] as u16;
+    let p = u16::try_from(node_ports(&s)[0]).unwrap();
     let mut c = s.clone();
     c.spec.type_ = Some("ClusterIP".into());
     // Still carrying the old nodePort (as `get -o json` prints it): dropped, not an error.
@@ -276,7 +276,7 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     c.spec.external_traffic_policy = Some("Cluster".into());
     let (_, s3) = r.apply_service(c, &stamp()).unwrap();
     assert_eq!(s3.spec.health_check_node_port, None);
-    assert!(!r.node_ports.is_allocated(hc as u16));
+    assert!(!r.node_ports.is_allocated(u16::try_from(hc).unwrap()));
     // allocateLoadBalancerNodePorts: false: only named node ports.
     let no = svc(
         json!({"metadata": {"name": "nonp"}, "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
@@ -832,7 +832,7 @@ mod prop {
         let mut ips = BTreeSet::new();
         for s in r.list_services(None) {
             let own_ports: BTreeSet<u16> =
-                super::service::node_port_values(&s).into_iter().map(|(_, v)| v as u16).collect();
+                super::service::node_port_values(&s).into_iter().map(|(_, v)| u16::try_from(v).unwrap()).collect();
             for p in own_ports {
                 prop_assert!(ports.insert(p), "nodePort {} held by two services", p);
             }
