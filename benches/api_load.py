@@ -7,7 +7,7 @@ cost of real fsyncs), then measures over persistent Unix-socket connections:
 
   1. service.apply requests/s and p50/p99 latency with 1, 10 and 100 clients, each
      client applying its own Services in a loop;
-  2. status p50/p99 from one more client while 100 clients apply;
+  2. status p50/p99 from one more client (a process of its own) while 100 clients apply;
   3. `nodeportctl apply -f` of one List of N Services + N EndpointSlices, from the
      command's start until it returns (every object durable and answered), and until
      the daemon answers `status` after it.
@@ -125,25 +125,23 @@ def apply_load(sock, clients, seconds, tag, status_probe=False):
             lat[i].append(time.perf_counter() - t)
             n += 1
 
-    def prober():
-        c = Conn(sock)
-        while not stop.is_set():
-            t = time.perf_counter()
-            c.call("status", {})
-            status_lat.append(time.perf_counter() - t)
-            time.sleep(0.01)
-        c.close()
-
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    if status_probe:
-        threads.append(threading.Thread(target=prober))
     t0 = time.perf_counter()
     for t in threads:
         t.start()
+    probe = None
+    if status_probe:
+        # A process of its own: in this one, 100 busy threads would delay it on the GIL.
+        time.sleep(0.2)
+        probe = subprocess.Popen([sys.executable, __file__, "--probe", sock, "--seconds", str(seconds - 0.4)],
+                                 stdout=subprocess.PIPE)
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
+    if probe:
+        out, _ = probe.communicate()
+        status_lat.extend(json.loads(out) if out.strip() else [])
     elapsed = time.perf_counter() - t0
     for c in conns:
         c.close()
@@ -151,7 +149,24 @@ def apply_load(sock, clients, seconds, tag, status_probe=False):
     return len(all_lat) / elapsed, all_lat, status_lat, errors
 
 
+def probe(sock, seconds):
+    """`status` every 10 ms on one connection for `seconds`; prints the latencies (JSON)."""
+    c = Conn(sock)
+    lat = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        c.call("status", {})
+        lat.append(time.perf_counter() - t)
+        time.sleep(0.01)
+    c.close()
+    print(json.dumps(lat))
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--probe":
+        probe(sys.argv[2], float(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--state-dir", required=True)
