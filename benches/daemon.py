@@ -4,12 +4,15 @@ JSON-RPC to the daemon's Unix socket, and takes the timings. Standard library on
 
 Subcommands (each prints one JSON object on stdout):
   load  --socket S --n N                 load N Services + N EndpointSlices over one connection
-  run   --netns NS --bin B --config C --socket S --n N --ruleset FILE --changes K
-                                          start the daemon in NS, time its first full sync,
-                                          read its RSS, then time K one-endpoint changes
+  run   --netns NS --bin B --config C --socket S --n N --changes K
+                                          start the daemon in NS, time its first full sync
+                                          and `status` meanwhile, read its RSS, then time K
+                                          one-endpoint changes to their nf_tables commit
   dryrun --netns NS --bin B --config C --socket S --out FILE
                                           start `nodeportd --dry-run`, keep the first ruleset
-  nftf  --netns NS --file F --repeat R    time `nft -f F` into the (fresh) namespace NS
+  kp    --out FILE --n N                  the same services as nft text in the kube-proxy shape (the anchor)
+  nftf  --netns NS --file F --repeat R --label kp|ours
+                                          time `nft -f F` into the (fresh) namespace NS
   report RESULTS.jsonl                    the markdown tables for docs/benchmarks.md
 """
 
@@ -210,38 +213,72 @@ def pct(xs, q):
     return s[max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
 
 
-def cluster_chain(ruleset_text, i):
-    m = re.search(r"chain (svc4-[A-Z2-7]{8}-" + re.escape(f"{NAMESPACE}/{svc_name(i)}/tcp/http") + r") \{",
-                  ruleset_text)
-    if not m:
-        raise RuntimeError(f"no cluster chain of {svc_name(i)} in the dry-run ruleset")
-    return m.group(1)
+class Commits:
+    """Times nf_tables commits: a netlink socket in the NFNLGRP_NFTABLES group gets a
+    NEWGEN message at the end of every transaction (the daemon mutes its own event
+    socket, not this one). `after(t)` waits for the first commit seen after `t`."""
 
+    NETLINK_NETFILTER = 12
+    NFNLGRP_NFTABLES = 7
+    NEWGEN = (10 << 8) | 15
 
-def nft_list_chain(chain):
-    return subprocess.run(["nft", "list", "chain", "inet", "nodeportd", chain],
-                          capture_output=True, text=True, check=False)
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, self.NETLINK_NETFILTER)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        self.sock.bind((0, 1 << (self.NFNLGRP_NFTABLES - 1)))
+        self.times = []
+        self.lock = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        import struct
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except OSError:
+                continue  # ENOBUFS: events lost; NEWGENs after it still come
+            now = time.perf_counter()
+            off = 0
+            while off + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, off)
+                if kind == self.NEWGEN:
+                    with self.lock:
+                        self.times.append(now)
+                        self.lock.notify_all()
+                off += max((length + 3) & ~3, 16)
+
+    def after(self, t, limit=120.0):
+        end = time.perf_counter() + limit
+        with self.lock:
+            while True:
+                later = [x for x in self.times if x > t]
+                if later:
+                    return later[0]
+                if time.perf_counter() > end:
+                    return None
+                self.lock.wait(0.05)
 
 
 def cmd_run(a):
     enter_netns(a.netns)
-    with open(a.ruleset) as f:
-        text = f.read()
     log = open(a.log, "ab")
     t0 = time.perf_counter()
     p = start_daemon(a.bin, a.config, [], log, log)
     try:
         rpc = connect_retry(a.socket, time.monotonic() + 600)
         t_socket = time.perf_counter() - t0
+        # `status` as fast as one client asks, while the first sync runs.
+        status_ms = []
         while True:
+            ts = time.perf_counter()
             dp = rpc.call("status")["dataplane"]
+            status_ms.append((time.perf_counter() - ts) * 1e3)
             if dp.get("lastError"):
                 raise RuntimeError(f"first sync failed: {dp['lastError']}")
             if dp["inSync"] and dp["generation"] >= 1:
                 break
             if time.perf_counter() - t0 > 600:
                 raise TimeoutError("the daemon did not sync its restored objects within 600 s")
-            time.sleep(0.002)
         t_sync = time.perf_counter() - t0
         first = dict(dp)
         # Anything the start caused on its own (an event overrun resync) ends first.
@@ -249,59 +286,33 @@ def cmd_run(a):
         time.sleep(2.0)  # idle
         mem = rss_kib(p.pid)
 
-        # One-endpoint changes, spread over the services.
+        # One-endpoint changes, spread over the services, each timed to its commit.
+        commits = Commits()
         rounds = []
         eps = {}
         for c in range(a.changes):
             i = (c * 7919 + 13) % a.n
-            chain = cluster_chain(text, i)
             cur = eps.setdefault(i, initial_endpoints(i))
-            new_ip = ip4(NEW_EP_BASE + c)
-            cur[c % 3] = new_ip
-            needle = f"__{new_ip}/{EP_PORT}"
-            # An update wakes the sync loop twice (old and new object), so an empty sync
-            # may trail the previous change: let it pass so the next increment is ours.
+            cur[c % 3] = ip4(NEW_EP_BASE + c)
             g0 = wait_settled(rpc, quiet=0.3, limit=600.0)["generation"]
-            kernel = {}
-
-            def poll_kernel(start, needle=needle, chain=chain, kernel=kernel):
-                n = 0
-                while True:
-                    r = nft_list_chain(chain)
-                    n += 1
-                    if r.returncode == 0 and needle in r.stdout:
-                        kernel["t"] = time.perf_counter() - start
-                        kernel["polls"] = n
-                        return
-                    if time.perf_counter() - start > 120:
-                        kernel["t"] = None
-                        return
-
             ts = time.perf_counter()
-            th = threading.Thread(target=poll_kernel, args=(ts,))
-            th.start()
             res = rpc.call("endpoints.apply", {"object": slice_(i, cur)})
-            t_rtt = time.perf_counter() - ts
+            t_answer = time.perf_counter()
             if res["action"] != "configured":
                 raise RuntimeError(f"endpoints.apply of {svc_name(i)}: {res['action']}")
+            t_commit = commits.after(ts)
+            if t_commit is None:
+                raise RuntimeError(f"no nf_tables commit after the change of {svc_name(i)}")
             while True:
                 dp = rpc.call("status")["dataplane"]
                 if dp["generation"] > g0:
-                    t_gen = time.perf_counter() - ts
                     break
                 time.sleep(0.0005)
-            th.join()
-            if kernel.get("t") is None:
-                raise RuntimeError(f"{needle} never appeared in chain {chain}")
-            rounds.append({"service": i, "rtt_ms": t_rtt * 1e3, "gen_ms": t_gen * 1e3,
-                           "kernel_ms": kernel["t"] * 1e3, "polls": kernel["polls"],
+            rounds.append({"service": i, "rtt_ms": (t_answer - ts) * 1e3,
+                           "commit_ms": (t_commit - ts) * 1e3,
+                           "answer_to_commit_ms": (t_commit - t_answer) * 1e3,
                            "sync_ms": dp["lastSyncMillis"], "messages": dp["lastMessages"],
                            "full": dp["fullSyncs"] != settled["fullSyncs"]})
-        # The cost of one `nft list chain` here: the resolution of the kernel column.
-        t = time.perf_counter()
-        for _ in range(5):
-            nft_list_chain(cluster_chain(text, 0))
-        t_list = (time.perf_counter() - t) / 5
         st = rpc.call("status")
         mem_after = rss_kib(p.pid)
         rpc.close()
@@ -318,18 +329,63 @@ def cmd_run(a):
         "start_to_in_sync_ms": t_sync * 1e3,
         "first_sync_ms": first["lastSyncMillis"],
         "first_messages": first["lastMessages"],
+        "status_during_sync_ms": {"n": len(status_ms), "p50": pct(status_ms, 50), "p99": pct(status_ms, 99),
+                                  "max": max(status_ms)},
         "rss_idle_kib": mem["VmRSS"], "hwm_kib": mem["VmHWM"],
         "rss_after_kib": mem_after["VmRSS"], "hwm_after_kib": mem_after["VmHWM"],
         "changes": len(rounds),
-        "rtt_ms": summary("rtt_ms"), "gen_ms": summary("gen_ms"), "kernel_ms": summary("kernel_ms"),
+        "rtt_ms": summary("rtt_ms"), "commit_ms": summary("commit_ms"),
+        "answer_to_commit_ms": summary("answer_to_commit_ms"),
         "sync_ms": summary("sync_ms"),
         "messages": sorted({r["messages"] for r in rounds}),
         "syncs_at_start": settled["generation"], "full_syncs_at_start": settled["fullSyncs"],
         "last_start_sync_ms": settled["lastSyncMillis"],
         "full_syncs_during_changes": st["dataplane"]["fullSyncs"] - settled["fullSyncs"],
-        "nft_list_chain_ms": t_list * 1e3,
         "rounds": rounds,
     }, sys.stdout)
+    print()
+
+
+def kp_ruleset(n):
+    """The anchor: the same services in today's kube-proxy nftables shape (what nodeportd
+    programmed before data plane v2): a `service-ips` verdict map to one chain per
+    service, an anonymous `numgen` verdict map per service to one chain per endpoint."""
+    o = ["table inet nodeportd {",
+         "\tmap service-ips { type ipv4_addr . inet_proto . inet_service : verdict; }",
+         "\tmap service-nodeports { type inet_proto . inet_service : verdict; }",
+         "\tchain mark-for-masquerade { meta mark set meta mark | 0x00004000; }",
+         "\tchain masquerading {\n\t\tmeta mark & 0x00004000 == 0x00000000 return\n"
+         "\t\tmeta mark set meta mark & 0xffffbfff\n\t\tmasquerade fully-random\n\t}"]
+    svc_ips, nodeports = [], []
+    for i in range(n):
+        base = f"default/{svc_name(i)}/tcp/http"
+        eps = initial_endpoints(i)
+        for ip in eps:
+            o.append(f"\tchain ep4-{base}__{ip}/{EP_PORT} {{\n\t\tip saddr {ip} jump mark-for-masquerade\n"
+                     f"\t\tct mark set ct mark | 0x00008000\n\t\tmeta l4proto tcp dnat ip to {ip}:{EP_PORT}\n\t}}")
+        vm = ", ".join(f"{j} : goto ep4-{base}__{ip}/{EP_PORT}" for j, ip in enumerate(eps))
+        o.append(f"\tchain svc4-{base} {{\n\t\tnumgen random mod {len(eps)} vmap {{ {vm} }}\n\t}}")
+        cip = ip4((198 << 24) | (19 << 16) | (i + 1))
+        svc_ips.append(f"{cip} . tcp . 80 : goto svc4-{base}")
+        if i % NODEPORT_EVERY == 0:
+            o.append(f"\tchain ext4-{base} {{\n\t\tjump mark-for-masquerade\n\t\tgoto svc4-{base}\n\t}}")
+            nodeports.append(f"tcp . {30000 + i // NODEPORT_EVERY} : goto ext4-{base}")
+    o.append("\tchain services {\n\t\tip daddr . meta l4proto . th dport vmap @service-ips\n"
+             "\t\tmeta l4proto . th dport vmap @service-nodeports\n\t}")
+    o.append("\tchain nat-prerouting { type nat hook prerouting priority dstnat; policy accept; jump services; }")
+    o.append("\tchain nat-output { type nat hook output priority -100; policy accept; jump services; }")
+    o.append("\tchain nat-postrouting { type nat hook postrouting priority srcnat; policy accept; jump masquerading; }")
+    o.append("}")
+    for name, els in (("service-ips", svc_ips), ("service-nodeports", nodeports)):
+        for k in range(0, len(els), 1000):
+            o.append(f"add element inet nodeportd {name} {{ {', '.join(els[k:k + 1000])} }}")
+    return "\n".join(o) + "\n"
+
+
+def cmd_kp(a):
+    with open(a.out, "w") as f:
+        f.write(kp_ruleset(a.n))
+    json.dump({"n": a.n, "kp_bytes": os.path.getsize(a.out)}, sys.stdout)
     print()
 
 
@@ -376,8 +432,9 @@ def cmd_nftf(a):
     if r.returncode != 0:
         raise RuntimeError(f"nft -f {replace}: {r.stderr[:2000]}")
     maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    json.dump({"n": a.n, "nft_f_ms": sorted(times), "nft_f_replace_ms": t_replace, "nft_maxrss_kib": maxrss,
-               "bytes": os.path.getsize(a.file)}, sys.stdout)
+    p = a.label + "_"
+    json.dump({"n": a.n, p + "nft_f_ms": sorted(times), p + "nft_f_replace_ms": t_replace, p + "nft_maxrss_kib": maxrss,
+               p + "bytes": os.path.getsize(a.file)}, sys.stdout)
     print()
 
 
@@ -388,28 +445,33 @@ def cmd_report(a):
         by_n.setdefault(r["n"], {}).update(r)
     ns = sorted(by_n)
     f1 = lambda x: f"{x:.1f}"  # noqa: E731
-    print("Full sync at start, memory, and `nft -f` of the same ruleset:\n")
-    print("| services | objects loaded (API, s) | start → in sync (ms) | daemon's lastSyncMillis | messages |"
-          " RSS idle (KiB) | peak RSS (KiB) | ruleset text (lines / KiB) | `nft -f` fresh netns (ms, median) |"
-          " `nft -f` replace (ms) | `nft` peak RSS (KiB) |")
+    f2 = lambda x: f"{x:.2f}"  # noqa: E731
+    print("Full sync from process start (state read from disk) against `nft -f` of the same services in the"
+          " kube-proxy shape (the anchor), one run:\n")
+    print("| services | start → in sync (ms) | `nft -f` kube-proxy shape (ms, median) | ratio |"
+          " `nft -f` of our ruleset (ms) | daemon's lastSyncMillis | messages | `status` during the sync p50 / p99 / max (ms) |"
+          " RSS at rest (KiB) | per service (KiB) | peak RSS (KiB) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in ns:
         r = by_n[n]
-        nf = r["nft_f_ms"]
-        print(f"| {n} | {r['load_api_s']:.1f} | {f1(r['start_to_in_sync_ms'])} | {r['first_sync_ms']} |"
-              f" {r['first_messages']} | {r['rss_idle_kib']} | {r['hwm_kib']} | {r['lines']} / {r['bytes'] // 1024} |"
-              f" {f1(statistics.median(nf))} | {f1(r['nft_f_replace_ms'])} | {r['nft_maxrss_kib']} |")
+        kp = statistics.median(r["kp_nft_f_ms"])
+        ours = statistics.median(r["ours_nft_f_ms"])
+        st = r["status_during_sync_ms"]
+        print(f"| {n} | {f1(r['start_to_in_sync_ms'])} | {f1(kp)} | {kp / r['start_to_in_sync_ms']:.1f}× |"
+              f" {f1(ours)} | {r['first_sync_ms']} | {r['first_messages']} |"
+              f" {f2(st['p50'])} / {f2(st['p99'])} / {f2(st['max'])} ({st['n']} calls) |"
+              f" {r['rss_idle_kib']} | {r['rss_idle_kib'] / n:.2f} | {r['hwm_kib']} |")
     print("\nOne endpoint of one service changed with `endpoints.apply`, "
-          f"{by_n[ns[0]]['changes']} changes per size, milliseconds, p50 / p95 (max):\n")
-    print("| services | API round trip | until `generation` increments | until `nft list chain` shows it |"
-          " daemon's lastSyncMillis | lastMessages | one `nft list chain` (ms) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          f"{by_n[ns[0]]['changes']} changes per size, milliseconds, p50 / p95 (max); the commit is the"
+          " kernel's NEWGEN notification:\n")
+    print("| services | API round trip | call → committed | API answer → committed | daemon's lastSyncMillis |"
+          " lastMessages |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for n in ns:
         r = by_n[n]
-        s = lambda k: f"{f1(r[k]['p50'])} / {f1(r[k]['p95'])} ({f1(r[k]['max'])})"  # noqa: E731
+        s = lambda k: f"{f2(r[k]['p50'])} / {f2(r[k]['p95'])} ({f2(r[k]['max'])})"  # noqa: E731
         msgs = ", ".join(str(m) for m in r["messages"])
-        print(f"| {n} | {s('rtt_ms')} | {s('gen_ms')} | {s('kernel_ms')} | {s('sync_ms')} | {msgs} |"
-              f" {f1(r['nft_list_chain_ms'])} |")
+        print(f"| {n} | {s('rtt_ms')} | {s('commit_ms')} | {s('answer_to_commit_ms')} | {s('sync_ms')} | {msgs} |")
 
 
 def main():
@@ -419,7 +481,7 @@ def main():
     p.add_argument("--socket", required=True)
     p.add_argument("--n", type=int, required=True)
     p = sub.add_parser("run")
-    for k in ("--netns", "--bin", "--config", "--socket", "--ruleset", "--log"):
+    for k in ("--netns", "--bin", "--config", "--socket", "--log"):
         p.add_argument(k, required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--changes", type=int, default=25)
@@ -427,15 +489,19 @@ def main():
     for k in ("--netns", "--bin", "--config", "--socket", "--out", "--log"):
         p.add_argument(k, required=True)
     p.add_argument("--n", type=int, required=True)
+    p = sub.add_parser("kp")
+    p.add_argument("--out", required=True)
+    p.add_argument("--n", type=int, required=True)
     p = sub.add_parser("nftf")
     p.add_argument("--netns", required=True)
     p.add_argument("--file", required=True)
     p.add_argument("--n", type=int, required=True)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--label", default="kp", help="kp: the kube-proxy shape (the anchor); ours: the dry-run text")
     p = sub.add_parser("report")
     p.add_argument("results")
     a = ap.parse_args()
-    {"load": cmd_load, "run": cmd_run, "dryrun": cmd_dryrun, "nftf": cmd_nftf, "report": cmd_report}[a.cmd](a)
+    {"load": cmd_load, "run": cmd_run, "kp": cmd_kp, "dryrun": cmd_dryrun, "nftf": cmd_nftf, "report": cmd_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nft_common::Netns;
 use nodeportd::nft::ir::*;
-use nodeportd::nft::{self, list, synthetic, NftSocket, TableEvent};
+use nodeportd::nft::repair::{repair, Repair};
+use nodeportd::nft::{self, list, render, synthetic, NftSocket, TableEvent};
 
 const T: &str = "nodeportd";
 
@@ -28,7 +29,16 @@ fn cmp(field: Field, value: Value) -> Stmt {
 }
 
 fn set(name: &str, key: Vec<DataType>, data: Option<DataType>) -> Set {
-    Set { name: name.into(), key, data, flags: SetFlags::default(), timeout: None, comment: None }
+    Set {
+        name: name.into(),
+        key,
+        data: data.into_iter().collect(),
+        typeof_key: None,
+        typeof_data: None,
+        flags: SetFlags::default(),
+        timeout: None,
+        comment: None,
+    }
 }
 
 fn elem(key: Vec<Value>, data: Option<ElementData>) -> Element {
@@ -86,7 +96,7 @@ fn every_statement() -> Ruleset {
             ),
             ("service-nodeports".into(), vec![elem(vec![Value::Proto(6), Value::Port(30080)], goto("svc-a"))]),
             ("service-ips-v6".into(), vec![elem(vec![v6, Value::Proto(17), Value::Port(53)], goto("ep-6"))]),
-            ("port-addr".into(), vec![elem(vec![Value::Port(80)], Some(ElementData::Value(v4(198, 19, 0, 9))))]),
+            ("port-addr".into(), vec![elem(vec![Value::Port(80)], Some(ElementData::Values(vec![v4(198, 19, 0, 9)])))]),
         ],
         chains: vec![
             (
@@ -502,27 +512,40 @@ fn large_batches_use_errors_only_and_still_name_the_failure() {
 }
 
 #[test]
-fn syncer_is_partial_after_a_success_and_full_after_invalidate() {
+fn repair_sends_only_the_drift_and_leaves_the_table_as_desired() {
     let Some(ns) = Netns::new() else { return };
     let name = ns.name.clone();
     ns.run(move || async move {
-        let mut sy = nft::Syncer::new().unwrap();
-        let a = synthetic::ruleset(5, 2);
-        let mut b = a.clone();
-        synthetic::change_endpoint(&mut b, 2);
-        assert!(sy.apply(a.clone()).await.unwrap().full, "first apply is full");
-        let r = sy.apply(b.clone()).await.unwrap();
-        assert!(!r.full && r.stats.messages < 20, "{r:?}");
-        // Someone deletes our table; after invalidate the next apply repairs it.
-        let st = std::process::Command::new("ip")
-            .args(["netns", "exec", &name, "nft", "delete", "table", "inet", T])
-            .status()
-            .unwrap();
-        assert!(st.success());
-        sy.invalidate();
-        assert!(sy.apply(b.clone()).await.unwrap().full);
-        assert!(sy.verify().await.unwrap().is_empty());
-        assert!(sy.delete_table(Family::Inet, T).await.unwrap());
+        let mut s = NftSocket::new().unwrap();
+        let want = synthetic::ruleset(200, 2);
+        nft::full_sync(&mut s, &want).await.unwrap();
+        let kernel = list::list_table(&mut s, 1, T).await.unwrap().expect("the table");
+        match repair(&want, &[], &kernel).unwrap() {
+            Repair::Ops(ops) => assert!(ops.is_empty(), "an intact table needs nothing: {ops:?}"),
+            Repair::Full(why) => panic!("{why}"),
+        }
+        // Someone deletes an element, adds a rule and a chain of their own to our table.
+        let nft = |cmd: &str| {
+            let st = std::process::Command::new("ip")
+                .args(["netns", "exec", &name, "sh", "-c", &format!("nft '{cmd}'")])
+                .status()
+                .unwrap();
+            assert!(st.success(), "{cmd}");
+        };
+        let first = render::value(&want.elements[0].1[0].key[0]);
+        nft(&format!("delete element inet {T} service-ips {{ {first} . tcp . 80 }}"));
+        nft(&format!("add rule inet {T} services counter"));
+        nft(&format!("add chain inet {T} intruder"));
+        let kernel = list::list_table(&mut s, 1, T).await.unwrap().expect("the table");
+        let ops = match repair(&want, &[], &kernel).unwrap() {
+            Repair::Ops(ops) => ops,
+            Repair::Full(why) => panic!("{why}"),
+        };
+        // One element back, one chain rewritten, one chain gone: a handful of messages,
+        // not the 200-service table.
+        assert!(!ops.is_empty() && ops.len() < 10, "{} messages: {ops:?}", ops.len());
+        s.transact(&ops, None).await.unwrap();
+        assert!(list::verify(&mut s, &want).await.unwrap().is_empty());
     });
 }
 

@@ -32,6 +32,9 @@ if [ -x fuzz/run.sh ]; then
     fuzz/run.sh 30
 fi
 
+step "LuCI app: eslint, menu/ACL/ubus references, the views in headless chromium"
+tests/luci/run.sh
+
 step "end-to-end: the daemon in network namespaces with real traffic"
 tests/netns/run.sh
 
@@ -47,6 +50,8 @@ tests/smoke/run.sh
 step "OpenWrt packages"
 openwrt-package/build-ipk.sh
 tests/package/run.sh
+# After tests/package/run.sh, which rebuilds dist/ipk from scratch.
+openwrt-package/build-luci-app.sh
 
 step "emulated routers (full-system QEMU)"
 # Functional checks only; the footprint benchmark is run by hand (docs/benchmarks.md).

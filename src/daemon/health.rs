@@ -161,10 +161,13 @@ fn reconcile(st: &Rc<RefCell<State>>) {
     let s = &mut *guard;
     if std::mem::take(&mut s.health.all_dirty) {
         s.health.dirty.clear();
-        let services = s.registry.list_services(None);
+        // Only services with a health-check port need their backends resolved.
+        let services: Vec<&crate::model::Service> =
+            s.registry.services().filter(|svc| healthcheck::port_of(svc).is_some()).collect();
         let backends: Vec<Vec<Vec<Backend>>> =
             services.iter().map(|svc| s.registry.backends(svc).into_iter().map(|p| p.backends).collect()).collect();
-        let desired = healthcheck::desired(services.iter().zip(backends.iter().map(Vec::as_slice)), &s.cfg.node_name);
+        let desired =
+            healthcheck::desired(services.iter().copied().zip(backends.iter().map(Vec::as_slice)), &s.cfg.node_name);
         let h = &mut s.health;
         let mut i = 0;
         while i < h.ports.len() {

@@ -11,7 +11,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Notify};
 
 use super::node::NodeState;
-use super::sync::{DataplaneStatus, Engine};
+use super::sync::DataplaneStatus;
 use super::Args;
 use crate::api::{self, server};
 use crate::config::Config;
@@ -37,8 +37,12 @@ pub struct State {
     pub dirty: BTreeSet<(String, String)>,
     /// Set when the node addresses changed (only the nodeport-ips sets follow).
     pub node_changed: bool,
-    /// Set when the next sync must rebuild and reapply everything.
+    /// Set when the next sync must rebuild every service's objects (start, reload, after
+    /// a failure); the worker then compares the whole table with the kernel's.
     pub full_resync: bool,
+    /// Set when the next sync must compare the kernel's table with the desired one
+    /// (the resync timer): it repairs drift by difference.
+    pub check_kernel: bool,
     pub wake: Rc<Notify>,
 }
 
@@ -53,6 +57,12 @@ impl State {
             self.health.service_changed(key.clone());
             self.dirty.insert(key);
         }
+        self.wake.notify_one();
+    }
+    /// The resync timer: look for drift nobody told us about.
+    pub fn request_check(&mut self) {
+        self.check_kernel = true;
+        self.health.recheck_all();
         self.wake.notify_one();
     }
     pub fn request_full_resync(&mut self) {
@@ -152,7 +162,8 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the event loop: {e}"))?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
-        let engine = Engine::new(&cfg, args.dry_run).await?;
+        // The data plane worker thread owns the kernel; starting it fails without nf_tables.
+        let (worker, outcomes) = super::sync::Worker::start(&cfg, args.dry_run)?;
         let wake = Rc::new(Notify::new());
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
         let store = crate::store::Writer::spawn(store).map_err(|e| format!("cannot start the store thread: {e}"))?;
@@ -167,6 +178,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             started,
             dirty: BTreeSet::new(),
             full_resync: true,
+            check_kernel: false,
             node_changed: false,
             wake: wake.clone(),
             cfg: cfg.clone(),
@@ -195,7 +207,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             }
         }
 
-        tokio::task::spawn_local(super::sync::sync_loop(st.clone(), engine, led_tx.clone()));
+        tokio::task::spawn_local(super::sync::sync_loop(st.clone(), worker, outcomes, led_tx.clone()));
         // The restored objects must reach the kernel now, not at the first API call or
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
@@ -223,8 +235,8 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
                 _ = term.recv() => break,
                 _ = int.recv() => break,
                 _ = resync.tick() => {
-                    // The slow timer repairs drift nobody told us about.
-                    st.borrow_mut().request_full_resync();
+                    // The slow timer repairs drift nobody told us about, by difference.
+                    st.borrow_mut().request_check();
                 }
             }
         }

@@ -1,28 +1,32 @@
-//! Keeps the kernel in step with the stored objects.
+//! Keeps the kernel in step with the stored objects, off the event loop.
 //!
-//! The desired ruleset is a pure function of the objects and the node addresses
-//! (`dataplane::builder`). Per-service pieces are cached and only services marked
-//! dirty are rebuilt; the nft sync engine then sends only the difference, in one
-//! atomic transaction. A full sync runs at start, after a failed transaction, when
-//! someone else touched our table, and on the slow resync timer.
+//! A data plane worker thread owns everything that talks to the kernel: the
+//! nf_tables socket, the nf_tables event socket, conntrack, and the planner
+//! (`dataplane::plan`). The event loop only collects which services changed, hands the
+//! worker owned copies of them ([`SyncRequest`]) and reads [`SyncOutcome`]s back: the
+//! API, the health-check listeners and netwatch answer while any sync runs.
+//!
+//! The worker sends only differences: a change is the diff of the changed services'
+//! pieces; a start, the resync timer and a foreign change to our table compare the
+//! kernel's listing with the desired table (`nft::repair`). The table is replaced only
+//! when it is gone or something in it cannot be changed in place.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::IpAddr;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::State;
 use crate::config::Config;
-use crate::conntrack::{self, UdpFlowFilter};
-use crate::dataplane::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
-use crate::dataplane::claims::{self, Claims};
+use crate::conntrack;
+use crate::dataplane::builder::Input;
+use crate::dataplane::plan::{Change, Key, OwnedService, Planner};
 use crate::led::LedState;
-use crate::model::{Protocol, Service, ServiceType};
+use crate::nft::repair::{repair, Repair};
 use crate::nft::sync::{partial_sync_ops, Part, Plan};
-use crate::nft::{self, EventStream, Family, NftSocket, Ruleset, TableEvent};
+use crate::nft::{self, EventStream, Family, NftSocket, TableEvent};
 
 /// `status.dataplane`.
 #[derive(Debug, Clone, Default)]
@@ -38,46 +42,13 @@ pub struct DataplaneStatus {
     /// Elements left out because another service holds their key (`SERVICE: KEY in MAP
     /// is held by OTHER`).
     pub conflicts: Vec<String>,
+    /// Batches sent to the worker and not answered yet.
+    pub pending: u64,
 }
 
 impl DataplaneStatus {
     pub fn new() -> Self {
         Self::default()
-    }
-}
-
-/// Where the ruleset goes.
-pub enum Engine {
-    /// `--dry-run`: print it.
-    DryRun,
-    Kernel {
-        sock: Box<NftSocket>,
-        events: Option<EventStream>,
-        /// The ruleset generation our last transaction produced: when events are lost,
-        /// an unchanged generation proves nobody else committed since.
-        our_gen: Option<u32>,
-    },
-}
-
-const NFPROTO_INET: u8 = 1;
-
-impl Engine {
-    pub async fn new(cfg: &Config, dry_run: bool) -> Result<Engine, String> {
-        if dry_run {
-            return Ok(Engine::DryRun);
-        }
-        let sock = NftSocket::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
-        let events = match EventStream::new(NFPROTO_INET, &cfg.table) {
-            Ok(mut ev) => {
-                ev.ignore_socket(&sock);
-                Some(ev)
-            }
-            Err(e) => {
-                log::warn!("cannot listen to nf_tables events ({e}); drift is repaired by the resync timer only");
-                None
-            }
-        };
-        Ok(Engine::Kernel { sock: Box::new(sock), events, our_gen: None })
     }
 }
 
@@ -94,31 +65,340 @@ pub fn cleanup(cfg: &Config) -> Result<(), String> {
     })
 }
 
-type Key = (String, String);
-
-/// A UDP service port as the kernel sees it, to find conntrack entries that
-/// outlive an endpoint or a service.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct UdpPort {
-    fronts: Vec<IpAddr>,
-    port: u16,
-    node_port: Option<u16>,
-    endpoints: BTreeSet<(IpAddr, u16)>,
+/// One batch for the worker. Owned: the worker never touches the daemon's state.
+#[derive(Debug)]
+pub struct SyncRequest {
+    /// The node's part of the input (services empty).
+    pub node: Input<'static>,
+    /// Services to rebuild; `None`: gone.
+    pub changed: Vec<(Key, Option<OwnedService>)>,
+    /// Rebuild everything (`changed` holds every service), and compare with the kernel.
+    pub rebuild: bool,
+    /// Compare the kernel's table with the desired one (resync timer), unless nobody
+    /// committed since our last transaction.
+    pub check: bool,
 }
 
-#[derive(Default)]
-struct Cache {
-    pieces: BTreeMap<Key, ServicePieces>,
-    /// Who holds each map key (`pieces` are what remains after the claims).
-    claims: Claims<Key>,
-    udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
-    /// The fixed part of the table as last built (node addresses live here).
-    skeleton: Option<Ruleset>,
-    /// What `--dry-run` printed last.
-    printed: Option<String>,
+/// What the worker did with a batch.
+#[derive(Debug)]
+pub struct SyncOutcome {
+    pub result: Result<Applied, String>,
+    pub elapsed: Duration,
+    pub conflicts: Vec<String>,
+    /// Services to send again (they waited for a key this batch released).
+    pub waiters: Vec<Key>,
+    /// Batches this outcome answers.
+    pub batches: u64,
 }
 
-fn input_for(st: &State) -> Input<'static> {
+/// A successful sync.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Applied {
+    pub messages: u64,
+    /// The table was created or replaced.
+    pub replaced: bool,
+    /// A transaction was sent (a check that found the table as desired sends none).
+    pub committed: bool,
+}
+
+/// The event loop's end of the worker.
+pub struct Worker {
+    tx: mpsc::UnboundedSender<SyncRequest>,
+}
+
+impl Worker {
+    /// Starts the worker thread. In a dry run it prints the table instead.
+    pub fn start(cfg: &Config, dry_run: bool) -> Result<(Worker, mpsc::UnboundedReceiver<SyncOutcome>), String> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (out_tx, out_rx) = mpsc::unbounded_channel();
+        let table = cfg.table.clone();
+        // The sockets belong to the worker's own event loop, so they are opened there;
+        // a missing nf_tables still fails the start.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("dataplane".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(format!("data plane worker: cannot start its event loop: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let kernel = if dry_run {
+                        None
+                    } else {
+                        match Kernel::open(&table) {
+                            Ok(k) => Some(k),
+                            Err(e) => {
+                                let _ = ready_tx.send(Err(e));
+                                return;
+                            }
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    worker(rx, out_tx, kernel).await
+                });
+            })
+            .map_err(|e| format!("cannot start the data plane worker: {e}"))?;
+        ready_rx.recv().map_err(|_| "the data plane worker stopped at start".to_string())??;
+        Ok((Worker { tx }, out_rx))
+    }
+}
+
+/// The kernel side of the worker.
+struct Kernel {
+    sock: NftSocket,
+    events: Option<EventStream>,
+    /// The ruleset generation our last transaction produced: an unchanged generation
+    /// proves nobody else committed since.
+    our_gen: Option<u32>,
+}
+
+const NFPROTO_INET: u8 = 1;
+
+impl Kernel {
+    fn open(table: &str) -> Result<Kernel, String> {
+        let sock = NftSocket::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
+        let events = match EventStream::new(NFPROTO_INET, table) {
+            Ok(mut ev) => {
+                ev.ignore_socket(&sock);
+                Some(ev)
+            }
+            Err(e) => {
+                log::warn!("cannot listen to nf_tables events ({e}); drift is repaired by the resync timer only");
+                None
+            }
+        };
+        Ok(Kernel { sock, events, our_gen: None })
+    }
+
+    async fn next_event(&mut self) -> Option<Result<TableEvent, nft::NftError>> {
+        match &mut self.events {
+            Some(ev) => Some(ev.next_event().await),
+            None => std::future::pending().await,
+        }
+    }
+
+    fn drop_events(&mut self, e: impl std::fmt::Display) {
+        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
+        self.events = None;
+    }
+
+    /// Runs one of our transactions with the event group muted (the kernel then builds
+    /// no notifications for it), and tells whether someone else committed meanwhile.
+    async fn commit(&mut self, planner: &Planner, change: Option<Change>, table: &str) -> Result<Applied, String> {
+        let muted = match self.events.as_mut().map(EventStream::mute) {
+            Some(Ok(())) => true,
+            Some(Err(e)) => {
+                self.drop_events(e);
+                false
+            }
+            None => false,
+        };
+        let before = self.sock.generation().await.ok();
+        let r = apply(&mut self.sock, planner, change, table).await;
+        if muted {
+            if let Some(Err(e)) = self.events.as_mut().map(EventStream::unmute) {
+                self.drop_events(e);
+            }
+        }
+        let now = self.sock.generation().await.ok();
+        match &r {
+            Ok(a) if a.committed => {
+                self.our_gen = now;
+                // Our commit is exactly one generation; more means someone else committed
+                // while we were not listening (maybe to another table: we cannot tell).
+                if muted && before.map(|g| g.wrapping_add(1)) != now {
+                    self.our_gen = None;
+                }
+            }
+            Ok(_) => self.our_gen = now,
+            Err(_) => self.our_gen = None,
+        }
+        r
+    }
+
+    /// Whether someone may have committed since our last transaction.
+    async fn foreign_commit(&mut self) -> bool {
+        match (self.sock.generation().await, self.our_gen) {
+            (Ok(now), Some(ours)) => now != ours,
+            _ => true,
+        }
+    }
+}
+
+/// Sends one change: the diff of a partial change; otherwise the difference between
+/// the kernel's listing and the desired table, or the whole table when ours is gone.
+async fn apply(
+    sock: &mut NftSocket,
+    planner: &Planner,
+    change: Option<Change>,
+    table: &str,
+) -> Result<Applied, String> {
+    if let Some(Change::Partial { before, after }) = &change {
+        match partial_sync_ops(before, after).map_err(|e| e.to_string())? {
+            Plan::Partial(ops) if ops.is_empty() => return Ok(Applied::default()),
+            Plan::Partial(ops) => {
+                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
+                return Ok(Applied { messages: stats.messages as u64, replaced: false, committed: true });
+            }
+            Plan::Full(why) => log::debug!("comparing with the kernel: {why}"),
+        }
+    }
+    let skeleton = planner.skeleton().ok_or("nothing planned yet")?;
+    let (mut parts, shared) = planner.parts();
+    parts.push(Part { sets: &[], chains: &[], elements: &shared });
+    let kernel = nft::list::list_table(sock, NFPROTO_INET, table).await.map_err(|e| e.to_string())?;
+    if let Some(k) = kernel {
+        match repair(skeleton, &parts, &k).map_err(|e| e.to_string())? {
+            Repair::Ops(ops) if ops.is_empty() => return Ok(Applied::default()),
+            Repair::Ops(ops) => {
+                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
+                return Ok(Applied { messages: stats.messages as u64, replaced: false, committed: true });
+            }
+            Repair::Full(why) => log::info!("replacing table inet {table}: {why}"),
+        }
+    }
+    // Lowered straight from the planner, one message at a time: neither an assembled
+    // copy of the table nor all its messages exist at once.
+    let rep = nft::sync::full_sync_parts(sock, skeleton, &parts).await.map_err(|e| e.to_string())?;
+    Ok(Applied { messages: rep.stats.messages as u64, replaced: true, committed: true })
+}
+
+/// Folds queued batches into one: later objects replace earlier ones.
+fn merge(into: &mut SyncRequest, next: SyncRequest) {
+    if next.rebuild {
+        into.changed = next.changed;
+        into.rebuild = true;
+    } else {
+        let mut m: BTreeMap<Key, Option<OwnedService>> = std::mem::take(&mut into.changed).into_iter().collect();
+        m.extend(next.changed);
+        into.changed = m.into_iter().collect();
+    }
+    into.check |= next.check;
+    into.node = next.node;
+}
+
+async fn worker(
+    mut rx: mpsc::UnboundedReceiver<SyncRequest>,
+    tx: mpsc::UnboundedSender<SyncOutcome>,
+    mut kernel: Option<Kernel>,
+) {
+    let mut planner = Planner::new();
+    let mut printed: Option<String> = None;
+    let mut table = String::new();
+    let mut node: Option<Input<'static>> = None;
+    loop {
+        let event = async {
+            match kernel.as_mut() {
+                Some(k) => k.next_event().await,
+                None => std::future::pending().await,
+            }
+        };
+        // A request, or drift found by the event socket (a check of the kernel).
+        let mut req = tokio::select! {
+            r = rx.recv() => match r {
+                Some(r) => r,
+                None => return,
+            },
+            ev = event => {
+                let Some(k) = kernel.as_mut() else { continue };
+                let check = match ev {
+                    Some(Ok(TableEvent::Changed { deleted, by_pid, by_name, .. })) => {
+                        log::warn!(
+                            "table inet {table} was {} by pid {by_pid} ({}); repairing it",
+                            if deleted { "deleted" } else { "changed" },
+                            by_name.as_deref().unwrap_or("?")
+                        );
+                        true
+                    }
+                    // Usually our own big commit overflowed the event socket; ask the kernel.
+                    Some(Ok(TableEvent::Overrun)) => k.foreign_commit().await,
+                    Some(Err(e)) => {
+                        k.drop_events(e);
+                        false
+                    }
+                    None => false,
+                };
+                let Some(n) = node.clone() else { continue };
+                if !check {
+                    continue;
+                }
+                SyncRequest { node: n, changed: Vec::new(), rebuild: false, check: true }
+            }
+        };
+        let mut batches = 1;
+        while let Ok(next) = rx.try_recv() {
+            merge(&mut req, next);
+            batches += 1;
+        }
+        let started = Instant::now();
+        table = req.node.table.clone();
+        let planned = (!req.changed.is_empty()
+            || req.rebuild
+            || planner.skeleton().is_none()
+            || node.as_ref().is_some_and(|n| !same_node(n, &req.node)))
+        .then(|| planner.plan(&req.node, std::mem::take(&mut req.changed), req.rebuild));
+        node = Some(req.node.clone());
+        let (change, stale, waiters) = match planned {
+            Some(p) => (Some(p.change), p.stale_udp, p.waiters),
+            None => (None, Vec::new(), Vec::new()),
+        };
+        let full = matches!(change, Some(Change::Full));
+        let result = match kernel.as_mut() {
+            None => {
+                // A dry run prints the whole table each time something changed in it.
+                let text = nft::render::render(&planner.assemble());
+                if printed.as_deref() != Some(text.as_str()) {
+                    use std::io::Write;
+                    let mut out = std::io::stdout().lock();
+                    let now = super::clock::rfc3339(std::time::SystemTime::now());
+                    let _ = writeln!(out, "# nodeportd --dry-run: ruleset at {now}");
+                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.flush();
+                    printed = Some(text);
+                }
+                Ok(Applied { messages: 0, replaced: full, committed: true })
+            }
+            Some(k) => {
+                let skip = change.is_none() && req.check && !k.foreign_commit().await;
+                if skip || (change.is_none() && !req.check) {
+                    Ok(Applied::default())
+                } else {
+                    k.commit(&planner, change, &table).await
+                }
+            }
+        };
+        if result.is_ok() && kernel.is_some() && !stale.is_empty() {
+            // The conntrack module logs how many it deleted.
+            if let Err(e) = conntrack::delete_udp_flows(&stale) {
+                log::warn!("cannot delete stale UDP conntrack entries: {e}");
+            }
+        }
+        if result.is_err() {
+            // The next batch compares the whole table with the kernel.
+            planner = Planner::new();
+        }
+        let outcome =
+            SyncOutcome { result, elapsed: started.elapsed(), conflicts: planner.conflicts(), waiters, batches };
+        if tx.send(outcome).is_err() {
+            return;
+        }
+    }
+}
+
+fn same_node(a: &Input, b: &Input) -> bool {
+    a.table == b.table
+        && a.node_name == b.node_name
+        && a.masquerade_mark == b.masquerade_mark
+        && a.ct_mark == b.ct_mark
+        && a.nodeport_ips_v4 == b.nodeport_ips_v4
+        && a.nodeport_ips_v6 == b.nodeport_ips_v6
+}
+
+fn node_input(st: &State) -> Input<'static> {
     let cfg = &st.cfg;
     Input {
         table: cfg.table.clone(),
@@ -131,375 +411,113 @@ fn input_for(st: &State) -> Input<'static> {
     }
 }
 
-fn udp_ports(svc: &Service, st: &State) -> BTreeMap<String, UdpPort> {
-    let mut fronts: Vec<IpAddr> = svc.spec.cluster_ips.iter().filter_map(|s| s.parse().ok()).collect();
-    fronts.extend(svc.spec.external_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok()));
-    if let Some(st) = &svc.status {
-        fronts.extend(st.load_balancer.ingress.iter().filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok()));
+/// The worker's copy of one stored service.
+fn owned(st: &State, service: &crate::model::Service) -> OwnedService {
+    let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
+    for p in st.registry.backends(service) {
+        backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
-    st.registry
-        .backends(svc)
-        .into_iter()
-        .filter(|p| p.protocol == Protocol::Udp)
-        .map(|p| {
-            let endpoints = p.backends.iter().filter(|b| b.ready || b.serving).map(|b| (b.ip, b.port)).collect();
-            let key = p.name.clone().unwrap_or_default();
-            (key, UdpPort { fronts: fronts.clone(), port: p.port, node_port: p.node_port, endpoints })
-        })
-        .collect()
+    OwnedService { service: service.clone(), backends }
 }
 
-/// Filters for the UDP flows that a change leaves pointing nowhere (as kube-proxy
-/// clears them): a removed service port loses every flow to it; a removed endpoint
-/// loses the flows DNAT'd to it.
-fn stale_udp(old: &BTreeMap<String, UdpPort>, new: &BTreeMap<String, UdpPort>) -> Vec<UdpFlowFilter> {
-    let mut out = Vec::new();
-    for (name, o) in old {
-        match new.get(name) {
-            Some(n) if n.port == o.port && n.fronts == o.fronts && n.node_port == o.node_port => {
-                for (ip, port) in o.endpoints.difference(&n.endpoints) {
-                    for f in &o.fronts {
-                        out.push(UdpFlowFilter::endpoint_of_service(*f, o.port, *ip, Some(*port)));
-                    }
-                    if let Some(np) = o.node_port {
-                        out.push(UdpFlowFilter::endpoint_of_node_port(np, *ip, Some(*port)));
-                    }
-                }
-            }
-            _ => {
-                for f in &o.fronts {
-                    out.push(UdpFlowFilter::service(*f, o.port));
-                }
-                if let Some(np) = o.node_port {
-                    out.push(UdpFlowFilter::node_port(np));
-                }
-            }
-        }
+fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
+    st.registry.get_service(&key.0, &key.1).ok().map(|s| owned(st, &s))
+}
+
+/// The batch the state asks for now, if any: O(changed services), except a rebuild.
+fn next_request(s: &mut State) -> Option<SyncRequest> {
+    let rebuild = std::mem::take(&mut s.full_resync);
+    let check = std::mem::take(&mut s.check_kernel);
+    let node_changed = std::mem::take(&mut s.node_changed);
+    let dirty = std::mem::take(&mut s.dirty);
+    if !rebuild && !check && !node_changed && dirty.is_empty() {
+        return None;
     }
-    out
-}
-
-/// What one sync sends to the kernel.
-enum Change {
-    /// Replace the whole table (start, after a failure, drift, config changes) with
-    /// the cached skeleton and pieces.
-    Full,
-    /// Only the changed services and the fixed part, before and after: the diff of
-    /// these small rulesets is the transaction, so an update costs O(changed objects)
-    /// however many services exist.
-    Partial { before: Box<Ruleset>, after: Box<Ruleset> },
-}
-
-/// The whole desired table, as one value (for `--dry-run`; a sync streams the pieces).
-fn assemble(skeleton: &Ruleset, cache: &Cache) -> Ruleset {
-    let mut rs = skeleton.clone();
-    for p in cache.pieces.values() {
-        p.clone().merge_into(&mut rs);
-    }
-    rs
-}
-
-/// Rebuild the pieces of dirty services (all of them for a full sync) and say what
-/// changed. Also returns the conntrack filters the change makes necessary.
-fn plan(st: &mut State, cache: &mut Cache, full: bool) -> (Change, Vec<UdpFlowFilter>) {
-    let input = input_for(st);
-    let skeleton = build_skeleton(&input);
-    let full = full || cache.skeleton.is_none();
-    let mut keys: BTreeSet<Key> = if full {
-        let mut all: BTreeSet<Key> = cache.pieces.keys().cloned().collect();
-        all.extend(st.registry.list_services(None).iter().map(|s| (s.namespace().to_string(), s.name().to_string())));
-        st.dirty.clear();
-        cache.claims.clear();
-        all
+    let changed = if rebuild {
+        s.registry
+            .services()
+            .map(|svc| ((svc.namespace().to_string(), svc.name().to_string()), Some(owned(s, svc))))
+            .collect()
     } else {
-        std::mem::take(&mut st.dirty)
+        dirty.into_iter().map(|k| (k.clone(), owned_by_key(s, &k))).collect()
     };
-    if !full {
-        // What the changed services held is free again; services that waited for it
-        // (rare: contested externalIPs / LoadBalancer IPs) are rebuilt with them.
-        let mut release: Vec<Key> = keys.iter().cloned().collect();
-        while let Some(key) = release.pop() {
-            if let Some(old) = cache.pieces.get(&key) {
-                for waiter in cache.claims.release(&key, old) {
-                    if keys.insert(waiter.clone()) {
-                        release.push(waiter);
-                    }
-                }
-            }
-        }
-    }
-    // Gone services first, then the oldest: a contested key goes to the oldest claimant.
-    let mut keys: Vec<(Option<Service>, Key)> =
-        keys.into_iter().map(|k| (st.registry.get_service(&k.0, &k.1).ok(), k)).collect();
-    keys.sort_by(|(a, ka), (b, kb)| {
-        a.as_ref().map(claims::precedence).cmp(&b.as_ref().map(claims::precedence)).then_with(|| ka.cmp(kb))
-    });
-    let mut before = cache.skeleton.take().unwrap_or_default();
-    let mut after = skeleton.clone();
-    let mut stale = Vec::new();
-    for (svc, key) in keys {
-        let new_udp = match &svc {
-            Some(s) if s.service_type() != ServiceType::ExternalName => udp_ports(s, st),
-            _ => BTreeMap::new(),
-        };
-        if let Some(old_udp) = cache.udp.get(&key) {
-            stale.extend(stale_udp(old_udp, &new_udp));
-        }
-        let old = cache.pieces.remove(&key);
-        match svc {
-            Some(svc) => {
-                let backends =
-                    st.registry.backends(&svc).into_iter().map(|p| (p.name.unwrap_or_default(), p.backends)).collect();
-                let mut pieces = build_service(&input, &ServiceInput { service: &svc, backends });
-                for c in cache.claims.claim(&key, &mut pieces) {
-                    log::warn!(
-                        "service {}/{}: not programmed: {}",
-                        key.0,
-                        key.1,
-                        c.describe(&format!("{}/{}", c.holder.0, c.holder.1))
-                    );
-                }
-                if !full {
-                    pieces.clone().merge_into(&mut after);
-                }
-                cache.pieces.insert(key.clone(), pieces);
-                cache.udp.insert(key, new_udp);
-            }
-            None => {
-                cache.udp.remove(&key);
-            }
-        }
-        if let (false, Some(old)) = (full, old) {
-            old.merge_into(&mut before);
-        }
-    }
-    st.dataplane.conflicts = cache
-        .claims
-        .conflicts()
-        .flat_map(|(k, cs)| {
-            cs.iter()
-                .map(move |c| format!("{}/{}: {}", k.0, k.1, c.describe(&format!("{}/{}", c.holder.0, c.holder.1))))
-        })
-        .collect();
-    cache.skeleton = Some(skeleton);
-    let change = if full { Change::Full } else { Change::Partial { before: Box::new(before), after: Box::new(after) } };
-    (change, stale)
+    Some(SyncRequest { node: node_input(s), changed, rebuild, check })
 }
 
-/// Send one change: the diff of a partial change, or the whole table. Returns the
-/// number of netlink messages and whether the table was replaced.
-async fn apply(sock: &mut NftSocket, change: Change, cache: &Cache) -> Result<(u64, bool), String> {
-    if let Change::Partial { before, after } = change {
-        match partial_sync_ops(&before, &after).map_err(|e| e.to_string())? {
-            Plan::Partial(ops) => {
-                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
-                return Ok((stats.messages as u64, false));
-            }
-            Plan::Full(why) => log::debug!("replacing the table: {why}"),
-        }
-    }
-    // Lowered straight from the cache, one message at a time: neither an assembled
-    // copy of the table nor all its messages exist at once.
-    let skeleton = cache.skeleton.as_ref().expect("planned");
-    let parts: Vec<Part> =
-        cache.pieces.values().map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &p.elements }).collect();
-    let rep = nft::sync::full_sync_parts(sock, skeleton, &parts).await.map_err(|e| e.to_string())?;
-    Ok((rep.stats.messages as u64, true))
-}
-
-/// The sync task: wait for a change, coalesce a burst, apply, report.
-pub async fn sync_loop(st: Rc<RefCell<State>>, mut engine: Engine, led: watch::Sender<LedState>) {
+/// The event loop's side: send batches when woken, read outcomes back.
+pub async fn sync_loop(
+    st: Rc<RefCell<State>>,
+    worker: Worker,
+    mut outcomes: mpsc::UnboundedReceiver<SyncOutcome>,
+    led: watch::Sender<LedState>,
+) {
     let wake = st.borrow().wake.clone();
-    let mut cache = Cache::default();
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        let event = async {
-            match &mut engine {
-                Engine::Kernel { events: Some(ev), .. } => Some(ev.next_event().await),
-                _ => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = wake.notified() => {}
-            ev = event => match ev {
-                Some(Ok(TableEvent::Changed { deleted, by_pid, by_name, .. })) => {
-                    log::warn!(
-                        "table inet {} was {} by pid {by_pid} ({}); restoring it",
-                        st.borrow().cfg.table,
-                        if deleted { "deleted" } else { "changed" },
-                        by_name.as_deref().unwrap_or("?")
-                    );
-                    st.borrow_mut().full_resync = true;
-                }
-                Some(Ok(TableEvent::Overrun)) => {
-                    // Usually our own big commit overflowed the event socket; resyncing
-                    // then would only overflow it again. Ask the kernel instead.
-                    let foreign = match &mut engine {
-                        Engine::Kernel { sock, our_gen, .. } => match (sock.generation().await, *our_gen) {
-                            (Ok(now), Some(ours)) => now != ours,
-                            _ => true,
-                        },
-                        Engine::DryRun => false,
-                    };
-                    if !foreign {
-                        continue;
-                    }
-                    log::warn!("nf_tables events were lost and someone else committed; resyncing");
-                    st.borrow_mut().full_resync = true;
-                }
-                Some(Err(e)) => {
-                    log::warn!("nf_tables event socket: {e}; relying on the resync timer");
-                    if let Engine::Kernel { events, .. } = &mut engine {
-                        *events = None;
-                    }
-                    continue;
-                }
-                None => {}
-            },
-        }
-        // Let a burst of requests already queued on the loop land in this sync.
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(1)).await;
-
-        {
-            // Wakes can outnumber changes (an endpoints update marks the old and the new
-            // object's service); nothing to do is nothing to send.
-            let s = st.borrow();
-            if s.dirty.is_empty() && !s.full_resync && !s.node_changed {
-                continue;
-            }
-        }
-        let started = Instant::now();
-        let (change, stale) = {
-            let mut s = st.borrow_mut();
-            let full = s.full_resync;
-            s.full_resync = false;
-            s.node_changed = false;
-            plan(&mut s, &mut cache, full)
-        };
-        let result: Result<(u64, bool), String> = match &mut engine {
-            Engine::DryRun => {
-                // A dry run prints the whole table each time something changed in it.
-                let text = nft::render::render(&assemble(cache.skeleton.as_ref().expect("planned"), &cache));
-                if cache.printed.as_deref() != Some(text.as_str()) {
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    let now = super::clock::rfc3339(std::time::SystemTime::now());
-                    let _ = writeln!(out, "# nodeportd --dry-run: ruleset at {now}");
-                    let _ = out.write_all(text.as_bytes());
-                    let _ = out.flush();
-                    cache.printed = Some(text);
-                }
-                Ok((0, matches!(change, Change::Full)))
-            }
-            Engine::Kernel { sock, events, our_gen } => {
-                let muted = match events.as_mut().map(EventStream::mute) {
-                    Some(Ok(())) => true,
-                    Some(Err(e)) => {
-                        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
-                        *events = None;
-                        false
-                    }
-                    None => false,
-                };
-                // Asked once muted: commits before this were seen as events.
-                let before = sock.generation().await.ok();
-                let r = apply(sock, change, &cache).await;
-                if muted {
-                    if let Some(Err(e)) = events.as_mut().map(EventStream::unmute) {
-                        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
-                        *events = None;
-                    }
-                }
-                let now = sock.generation().await.ok();
-                *our_gen = if r.is_ok() { now } else { None };
-                // Our commit is exactly one generation; more means someone else committed
-                // while we were not listening (maybe to another table: we cannot tell).
-                if r.is_ok() && muted && before.map(|g| g.wrapping_add(1)) != now {
-                    log::info!("another nf_tables commit happened during ours; checking our table with a full sync");
-                    st.borrow_mut().full_resync = true;
-                    wake.notify_one();
-                }
-                r
-            }
-        };
-        let elapsed = started.elapsed();
-        let ok = match result {
-            Ok((messages, was_full)) => {
-                backoff = Duration::from_millis(200);
-                let mut s = st.borrow_mut();
+    let outcome_state = st.clone();
+    let outcome_wake = wake.clone();
+    tokio::task::spawn_local(async move {
+        let mut backoff = Duration::from_millis(200);
+        while let Some(o) = outcomes.recv().await {
+            let ok = o.result.is_ok();
+            {
+                let mut s = outcome_state.borrow_mut();
                 let dp = &mut s.dataplane;
-                dp.generation += 1;
-                dp.in_sync = true;
-                dp.last_error = None;
-                dp.last_sync_millis = Some(elapsed.as_millis() as u64);
-                dp.transactions += 1;
-                dp.last_messages = messages;
-                if was_full {
-                    dp.full_syncs += 1;
+                dp.pending = dp.pending.saturating_sub(o.batches);
+                dp.conflicts = o.conflicts;
+                match o.result {
+                    Ok(a) => {
+                        backoff = Duration::from_millis(200);
+                        dp.generation += 1;
+                        dp.in_sync = dp.pending == 0;
+                        dp.last_error = None;
+                        dp.last_sync_millis = Some(u64::try_from(o.elapsed.as_millis()).unwrap_or(u64::MAX));
+                        if a.committed {
+                            dp.transactions += 1;
+                            dp.last_messages = a.messages;
+                        }
+                        if a.replaced {
+                            dp.full_syncs += 1;
+                        }
+                        log::debug!("sync {}: {} messages in {:?}", dp.generation, a.messages, o.elapsed);
+                    }
+                    Err(e) => {
+                        log::error!("sync failed (next: a full comparison in {backoff:?}): {e}");
+                        dp.in_sync = false;
+                        dp.last_error = Some(e);
+                        // The worker forgot its plan: the next batch rebuilds everything.
+                        s.full_resync = true;
+                    }
                 }
-                log::debug!("sync {}: {} messages in {:?}", dp.generation, messages, elapsed);
-                true
+                for w in o.waiters {
+                    s.dirty.insert(w);
+                }
             }
-            Err(e) => {
-                log::error!("sync failed (next: a full sync in {backoff:?}): {e}");
-                let mut s = st.borrow_mut();
+            let _ = led.send(LedState::for_dataplane(ok, !ok));
+            if !ok {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+            outcome_wake.notify_one();
+        }
+    });
+    loop {
+        wake.notified().await;
+        // Let requests already queued on the loop land in this batch; a burst that keeps
+        // coming while the worker is busy is merged there.
+        tokio::task::yield_now().await;
+        let req = {
+            let mut s = st.borrow_mut();
+            let req = next_request(&mut s);
+            if req.is_some() {
+                s.dataplane.pending += 1;
                 s.dataplane.in_sync = false;
-                s.dataplane.last_error = Some(e);
-                // The next sync rebuilds and replaces everything.
-                s.full_resync = true;
-                false
             }
+            req
         };
-        let _ = led.send(LedState::for_dataplane(ok, !ok));
-        if ok {
-            if !stale.is_empty() && matches!(engine, Engine::Kernel { .. }) {
-                // The conntrack module logs how many it deleted.
-                if let Err(e) = conntrack::delete_udp_flows(&stale) {
-                    log::warn!("cannot delete stale UDP conntrack entries: {e}");
-                }
+        if let Some(req) = req {
+            if worker.tx.send(req).is_err() {
+                log::error!("the data plane worker stopped; the kernel is no longer kept in sync");
+                return;
             }
-        } else {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(30));
-            wake.notify_one();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn port(eps: &[(&str, u16)]) -> UdpPort {
-        UdpPort {
-            fronts: vec!["10.96.0.10".parse().unwrap()],
-            port: 53,
-            node_port: Some(30053),
-            endpoints: eps.iter().map(|(i, p)| (i.parse().unwrap(), *p)).collect(),
-        }
-    }
-
-    #[test]
-    fn removed_endpoint_yields_endpoint_filters() {
-        let old = BTreeMap::from([("dns".to_string(), port(&[("198.18.1.2", 53), ("198.18.1.3", 53)]))]);
-        let new = BTreeMap::from([("dns".to_string(), port(&[("198.18.1.2", 53)]))]);
-        let f = stale_udp(&old, &new);
-        let ep: IpAddr = "198.18.1.3".parse().unwrap();
-        assert_eq!(
-            f,
-            vec![
-                UdpFlowFilter::endpoint_of_service("10.96.0.10".parse().unwrap(), 53, ep, Some(53)),
-                UdpFlowFilter::endpoint_of_node_port(30053, ep, Some(53)),
-            ]
-        );
-        assert!(stale_udp(&new, &new).is_empty());
-    }
-
-    #[test]
-    fn removed_service_yields_service_filters() {
-        let old = BTreeMap::from([("dns".to_string(), port(&[("198.18.1.2", 53)]))]);
-        let f = stale_udp(&old, &BTreeMap::new());
-        assert_eq!(f, vec![UdpFlowFilter::service("10.96.0.10".parse().unwrap(), 53), UdpFlowFilter::node_port(30053)]);
     }
 }

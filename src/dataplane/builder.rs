@@ -6,7 +6,7 @@
 //! picked with `numgen random mod N`. The skeleton and each service are built
 //! separately so the daemon can rebuild only the services that changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
@@ -75,43 +75,38 @@ impl<'a> ServiceInput<'a> {
 /// The objects one service adds to the table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ServicePieces {
-    /// Affinity sets.
+    /// Affinity sets (`sessionAffinity: ClientIP` only).
     pub sets: Vec<Set>,
     /// Chains in creation order: a chain comes before any chain that jumps to it.
+    /// Only services that need them have any (affinity, `loadBalancerSourceRanges`).
     pub chains: Vec<(Chain, Vec<Rule>)>,
-    /// Elements of the skeleton's maps, as (map name, element).
+    /// Elements of the skeleton's sets and maps, as (set name, element); their keys are
+    /// this service's alone (see `claims`).
     pub elements: Vec<(String, Element)>,
+    /// Elements other services may add as well (`hairpin-*`: two services can share an
+    /// endpoint): present while any service has them.
+    pub shared: Vec<(String, Element)>,
 }
 
 impl ServicePieces {
-    /// Adds these objects to a ruleset that holds the skeleton.
+    /// Adds these objects to a ruleset that holds the skeleton (shared elements as they
+    /// are: a caller merging several services dedups them).
     pub fn merge_into(self, rs: &mut Ruleset) {
         rs.sets.extend(self.sets);
         rs.chains.extend(self.chains);
-        for (map, el) in self.elements {
+        for (map, el) in self.elements.into_iter().chain(self.shared) {
             match rs.elements.iter_mut().find(|(name, _)| *name == map) {
                 Some((_, els)) => els.push(el),
                 None => rs.elements.push((map, vec![el])),
             }
         }
     }
-}
 
-/// The whole desired table.
-pub fn build(input: &Input) -> Ruleset {
-    let mut rs = build_skeleton(input);
-    let mut services: Vec<&ServiceInput> = input.services.iter().collect();
-    services.sort_by(|a, b| super::claims::precedence(a.service).cmp(&super::claims::precedence(b.service)));
-    let mut claims = super::claims::Claims::default();
-    for svc in services {
-        let mut pieces = build_service(input, svc);
-        claims.claim(&(svc.service.namespace(), svc.service.name()), &mut pieces);
-        pieces.merge_into(&mut rs);
+    /// The endpoint counts this service's destinations use (one `service-*-kN` set pair
+    /// and rule pair in the skeleton each).
+    pub fn endpoint_counts(&self) -> impl Iterator<Item = (IpFamily, u32)> + '_ {
+        self.elements.iter().filter_map(|(set, _)| names::parse_endpoint_count_set(set))
     }
-    for (_, els) in &mut rs.elements {
-        els.sort_by(|a, b| a.key.cmp(&b.key));
-    }
-    rs
 }
 
 fn family_fields(f: IpFamily) -> (Field, Field, DataType) {
@@ -121,13 +116,20 @@ fn family_fields(f: IpFamily) -> (Field, Field, DataType) {
     }
 }
 
-/// Map names of one family.
+/// Set and map names of one family.
 struct Maps {
     nodeport_ips: &'static str,
-    service_ips: &'static str,
-    service_nodeports: &'static str,
-    no_endpoint_services: &'static str,
-    no_endpoint_nodeports: &'static str,
+    service_backends: &'static str,
+    nodeport_backends: &'static str,
+    masquerade_ips: &'static str,
+    masquerade_nodeports: &'static str,
+    reject_ips: &'static str,
+    reject_nodeports: &'static str,
+    drop_ips: &'static str,
+    drop_nodeports: &'static str,
+    hairpin: &'static str,
+    affinity_ips: &'static str,
+    affinity_nodeports: &'static str,
     firewall_ips: &'static str,
 }
 
@@ -135,18 +137,32 @@ fn maps(f: IpFamily) -> Maps {
     match f {
         IpFamily::V4 => Maps {
             nodeport_ips: names::NODEPORT_IPS_V4,
-            service_ips: names::SERVICE_IPS_V4,
-            service_nodeports: names::SERVICE_NODEPORTS_V4,
-            no_endpoint_services: names::NO_ENDPOINT_SERVICES_V4,
-            no_endpoint_nodeports: names::NO_ENDPOINT_NODEPORTS_V4,
+            service_backends: names::SERVICE_BACKENDS_V4,
+            nodeport_backends: names::NODEPORT_BACKENDS_V4,
+            masquerade_ips: names::MASQUERADE_IPS_V4,
+            masquerade_nodeports: names::MASQUERADE_NODEPORTS_V4,
+            reject_ips: names::REJECT_IPS_V4,
+            reject_nodeports: names::REJECT_NODEPORTS_V4,
+            drop_ips: names::DROP_IPS_V4,
+            drop_nodeports: names::DROP_NODEPORTS_V4,
+            hairpin: names::HAIRPIN_V4,
+            affinity_ips: names::AFFINITY_IPS_V4,
+            affinity_nodeports: names::AFFINITY_NODEPORTS_V4,
             firewall_ips: names::FIREWALL_IPS_V4,
         },
         IpFamily::V6 => Maps {
             nodeport_ips: names::NODEPORT_IPS_V6,
-            service_ips: names::SERVICE_IPS_V6,
-            service_nodeports: names::SERVICE_NODEPORTS_V6,
-            no_endpoint_services: names::NO_ENDPOINT_SERVICES_V6,
-            no_endpoint_nodeports: names::NO_ENDPOINT_NODEPORTS_V6,
+            service_backends: names::SERVICE_BACKENDS_V6,
+            nodeport_backends: names::NODEPORT_BACKENDS_V6,
+            masquerade_ips: names::MASQUERADE_IPS_V6,
+            masquerade_nodeports: names::MASQUERADE_NODEPORTS_V6,
+            reject_ips: names::REJECT_IPS_V6,
+            reject_nodeports: names::REJECT_NODEPORTS_V6,
+            drop_ips: names::DROP_IPS_V6,
+            drop_nodeports: names::DROP_NODEPORTS_V6,
+            hairpin: names::HAIRPIN_V6,
+            affinity_ips: names::AFFINITY_IPS_V6,
+            affinity_nodeports: names::AFFINITY_NODEPORTS_V6,
             firewall_ips: names::FIREWALL_IPS_V6,
         },
     }
@@ -187,64 +203,105 @@ fn nodeport_key() -> Field {
     Field::Concat(vec![Field::L4Proto, Field::ThDport])
 }
 
-/// Rules that dispatch through one family's pair of maps: destination address first,
-/// then NodePorts on the NodePort addresses.
-fn dispatch_rules(f: IpFamily, ip_map: &str, nodeport_map: Option<&str>) -> Vec<Rule> {
-    let (_, daddr, _) = family_fields(f);
-    let mut rules = vec![rule(vec![Stmt::VmapNamed { key: service_key(daddr.clone()), map: ip_map.into() }])];
-    if let Some(np) = nodeport_map {
-        rules.push(rule(vec![
-            Stmt::InSet { field: daddr, set: maps(f).nodeport_ips.into(), negate: false },
-            Stmt::VmapNamed { key: nodeport_key(), map: np.into() },
-        ]));
-    }
-    rules
+fn in_set(field: Field, set: &str) -> Stmt {
+    Stmt::InSet { field, set: set.into(), negate: false }
 }
 
-/// The fixed part of the table, with the NodePort addresses filled in.
-pub fn build_skeleton(input: &Input) -> Ruleset {
+/// The key with a numgen slot appended: what a backends map is looked up with.
+fn with_slot(key: Field, count: u32) -> Field {
+    match key {
+        Field::Concat(mut fs) => {
+            fs.push(Field::NumgenRandom(count));
+            Field::Concat(fs)
+        }
+        f => Field::Concat(vec![f, Field::NumgenRandom(count)]),
+    }
+}
+
+/// Matches on one family's service IPs (`ip daddr . meta l4proto . th dport @SET`) or,
+/// on the NodePort addresses only, its NodePorts (`meta l4proto . th dport @SET`).
+fn destination(f: IpFamily, nodeport: bool, set: &str) -> Vec<Stmt> {
+    let (_, daddr, _) = family_fields(f);
+    if nodeport {
+        vec![in_set(daddr, maps(f).nodeport_ips), in_set(nodeport_key(), set)]
+    } else {
+        vec![in_set(service_key(daddr), set)]
+    }
+}
+
+/// `typeof` of a backends map's key (the slot's modulus is only a declaration).
+fn backends_key(f: IpFamily, nodeport: bool) -> Field {
+    let (_, daddr, _) = family_fields(f);
+    let key = if nodeport { nodeport_key() } else { service_key(daddr) };
+    with_slot(key, 2)
+}
+
+/// The fixed part of the table, with the NodePort addresses filled in and one pair of
+/// dispatch sets and rules per (family, endpoint count) in `counts`.
+pub fn build_skeleton(input: &Input, counts: &BTreeSet<(IpFamily, u32)>) -> Ruleset {
     let mut sets = Vec::new();
     for f in FAMILIES {
-        let (_, _, addr_type) = family_fields(f);
+        let (_, daddr, addr_type) = family_fields(f);
         let m = maps(f);
         let v = if f == IpFamily::V4 { "IPv4" } else { "IPv6" };
         let plain = |name: &str, key: Vec<DataType>, comment: String| Set {
             name: name.into(),
             key,
-            data: None,
+            data: Vec::new(),
+            typeof_key: None,
+            typeof_data: None,
             flags: SetFlags::default(),
             timeout: None,
             comment: Some(comment),
         };
         let vmap = |name: &str, key: Vec<DataType>, comment: String| Set {
-            data: Some(DataType::Verdict),
+            data: vec![DataType::Verdict],
             ..plain(name, key, comment)
+        };
+        let backends = |name: &str, nodeport: bool, comment: String| {
+            let mut key = if nodeport { vec![] } else { vec![addr_type] };
+            key.extend([DataType::InetProto, DataType::InetService, DataType::Integer]);
+            Set {
+                data: vec![addr_type, DataType::InetService],
+                typeof_key: Some(backends_key(f, nodeport)),
+                typeof_data: Some(Field::Concat(vec![daddr.clone(), Field::ThDport])),
+                ..plain(name, key, comment)
+            }
         };
         let svc_key = vec![addr_type, DataType::InetProto, DataType::InetService];
         let np_key = vec![DataType::InetProto, DataType::InetService];
         sets.push(plain(m.nodeport_ips, vec![addr_type], format!("{v} addresses that accept NodePort traffic")));
-        sets.push(vmap(
-            m.service_ips,
-            svc_key.clone(),
-            format!("{v} ClusterIP, externalIP and LoadBalancer IP traffic"),
-        ));
-        sets.push(vmap(m.service_nodeports, np_key.clone(), format!("{v} NodePort traffic")));
-        sets.push(vmap(
-            m.no_endpoint_services,
-            svc_key.clone(),
-            format!("{v} service IPs without usable endpoints: reject or drop"),
-        ));
-        sets.push(vmap(
-            m.no_endpoint_nodeports,
-            np_key,
-            format!("{v} NodePorts without usable endpoints: reject or drop"),
-        ));
+        for &(fam, count) in counts.iter().filter(|(fam, _)| *fam == f) {
+            sets.push(plain(
+                &names::endpoint_count_set(fam, false, count),
+                svc_key.clone(),
+                format!("{v} service IPs with {count} endpoint(s)"),
+            ));
+            sets.push(plain(
+                &names::endpoint_count_set(fam, true, count),
+                np_key.clone(),
+                format!("{v} NodePorts with {count} endpoint(s)"),
+            ));
+        }
+        sets.push(backends(m.service_backends, false, format!("{v} service IP endpoints by slot")));
+        sets.push(backends(m.nodeport_backends, true, format!("{v} NodePort endpoints by slot")));
+        sets.push(plain(m.masquerade_ips, svc_key.clone(), format!("{v} external IPs under the Cluster policy")));
+        sets.push(plain(m.masquerade_nodeports, np_key.clone(), format!("{v} NodePorts under the Cluster policy")));
+        sets.push(plain(m.reject_ips, svc_key.clone(), format!("{v} service IPs without endpoints")));
+        sets.push(plain(m.reject_nodeports, np_key.clone(), format!("{v} NodePorts without endpoints")));
+        sets.push(plain(m.drop_ips, svc_key.clone(), format!("{v} service IPs without local endpoints")));
+        sets.push(plain(m.drop_nodeports, np_key.clone(), format!("{v} NodePorts without local endpoints")));
+        sets.push(plain(m.hairpin, vec![addr_type, addr_type], format!("{v} endpoints reaching themselves")));
+        sets.push(vmap(m.affinity_ips, svc_key.clone(), format!("{v} service IPs with session affinity")));
+        sets.push(vmap(m.affinity_nodeports, np_key, format!("{v} NodePorts with session affinity")));
         sets.push(vmap(m.firewall_ips, svc_key, format!("{v} LoadBalancer IPs with loadBalancerSourceRanges")));
     }
     sets.push(Set {
         name: names::HEALTH_CHECK_PORTS.into(),
         key: vec![DataType::InetProto, DataType::InetService],
-        data: None,
+        data: Vec::new(),
+        typeof_key: None,
+        typeof_data: None,
         flags: SetFlags::default(),
         timeout: None,
         comment: Some("healthCheckNodePorts the daemon serves (tcp)".into()),
@@ -264,33 +321,80 @@ pub fn build_skeleton(input: &Input) -> Ruleset {
         elements.push((names::NODEPORT_IPS_V6.to_string(), v6));
     }
 
+    let mark = input.masquerade_mark;
     let mut endpoints_check = Vec::new();
     let mut firewall_check = Vec::new();
     let mut services = Vec::new();
+    let mut masquerading = Vec::new();
     for f in FAMILIES {
         let m = maps(f);
-        endpoints_check.extend(dispatch_rules(f, m.no_endpoint_services, Some(m.no_endpoint_nodeports)));
-        firewall_check.extend(dispatch_rules(f, m.firewall_ips, None));
-        services.extend(dispatch_rules(f, m.service_ips, Some(m.service_nodeports)));
+        let (saddr, daddr, _) = family_fields(f);
+        for nodeport in [false, true] {
+            let (reject, drop) =
+                if nodeport { (m.reject_nodeports, m.drop_nodeports) } else { (m.reject_ips, m.drop_ips) };
+            endpoints_check.push(rule(
+                [destination(f, nodeport, reject), vec![Stmt::Verdict(goto(names::REJECT_CHAIN))]].concat(),
+            ));
+            endpoints_check.push(rule([destination(f, nodeport, drop), vec![Stmt::Verdict(Verdict::Drop)]].concat()));
+        }
+        firewall_check
+            .push(rule(vec![Stmt::VmapNamed { key: service_key(daddr.clone()), map: m.firewall_ips.into() }]));
+        // Session affinity needs per-service chains; only those services are in these maps.
+        services.push(rule(vec![Stmt::VmapNamed { key: service_key(daddr.clone()), map: m.affinity_ips.into() }]));
+        services.push(rule(vec![
+            in_set(daddr.clone(), m.nodeport_ips),
+            Stmt::VmapNamed { key: nodeport_key(), map: m.affinity_nodeports.into() },
+        ]));
+        // External traffic under the Cluster policy: the endpoint may answer by another
+        // route, SNAT makes the reply come back here.
+        for (nodeport, set) in [(false, m.masquerade_ips), (true, m.masquerade_nodeports)] {
+            services.push(rule(
+                [destination(f, nodeport, set), vec![Stmt::MarkOr { field: Field::MetaMark, bits: mark }]].concat(),
+            ));
+        }
+        // One rule per endpoint count: pick a slot, DNAT to the endpoint in it.
+        for &(_, count) in counts.iter().filter(|(fam, _)| *fam == f) {
+            for nodeport in [false, true] {
+                let (key, map) = if nodeport {
+                    (nodeport_key(), m.nodeport_backends)
+                } else {
+                    (service_key(daddr.clone()), m.service_backends)
+                };
+                services.push(rule(
+                    [
+                        destination(f, nodeport, &names::endpoint_count_set(f, nodeport, count)),
+                        vec![
+                            Stmt::MarkOr { field: Field::CtMark, bits: input.ct_mark },
+                            Stmt::DnatMap { ipv6: f == IpFamily::V6, key: with_slot(key, count), map: map.into() },
+                        ],
+                    ]
+                    .concat(),
+                ));
+            }
+        }
+        // Hairpin: an endpoint reaching itself through a service must see the router as
+        // the source, or its reply would bypass the DNAT.
+        masquerading.push(rule(vec![
+            Stmt::Bits { field: Field::CtStatus, mask: CT_STATUS_DNAT, value: CT_STATUS_DNAT, negate: false },
+            in_set(Field::Concat(vec![saddr, daddr]), m.hairpin),
+            Stmt::MarkOr { field: Field::MetaMark, bits: mark },
+        ]));
     }
+    masquerading.extend([
+        rule(vec![
+            Stmt::Bits { field: Field::MetaMark, mask: mark, value: 0, negate: false },
+            Stmt::Verdict(Verdict::Return),
+        ]),
+        // Cleared so that a packet forwarded again (hairpin, tunnels) is not
+        // masqueraded twice by a mark that no longer applies.
+        rule(vec![Stmt::MarkAndNot { field: Field::MetaMark, bits: mark }]),
+        rule(vec![Stmt::Masquerade { fully_random: true }]),
+    ]);
 
-    let mark = input.masquerade_mark;
     // Jump targets come before the chains that jump to them (creation order).
     let chains = vec![
         (chain(names::MARK_FOR_MASQUERADE), vec![rule(vec![Stmt::MarkOr { field: Field::MetaMark, bits: mark }])]),
-        (
-            chain(names::MASQUERADING),
-            vec![
-                rule(vec![
-                    Stmt::Bits { field: Field::MetaMark, mask: mark, value: 0, negate: false },
-                    Stmt::Verdict(Verdict::Return),
-                ]),
-                // Cleared so that a packet forwarded again (hairpin, tunnels) is not
-                // masqueraded twice by a mark that no longer applies.
-                rule(vec![Stmt::MarkAndNot { field: Field::MetaMark, bits: mark }]),
-                rule(vec![Stmt::Masquerade { fully_random: true }]),
-            ],
-        ),
+        (chain(names::MASQUERADING), masquerading),
         (
             chain(names::REJECT_CHAIN),
             vec![
@@ -508,7 +612,7 @@ struct PortSpec {
 fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Backend], out: &mut ServicePieces) {
     let fam = sp.family;
     let m = maps(fam);
-    let (saddr, _, addr_type) = family_fields(fam);
+    let (saddr, _, _) = family_fields(fam);
     let in_family = |ip: &&IpAddr| IpFamily::of(ip) == fam;
     let external_ips: Vec<IpAddr> = facts.external_ips.iter().filter(in_family).copied().collect();
     let lb_ips: Vec<IpAddr> = facts.lb_ips.iter().filter(in_family).copied().collect();
@@ -518,123 +622,77 @@ fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Ba
         .filter(|n| matches!((n, fam), (IpNet::V4(_), IpFamily::V4) | (IpNet::V6(_), IpFamily::V6)))
         .copied()
         .collect();
-    let externally_accessible = sp.node_port.is_some() || !external_ips.is_empty() || !lb_ips.is_empty();
 
     let eps = categorize(backends, fam, &input.node_name, facts.publish_not_ready);
-    let has_endpoints = !eps.cluster.is_empty();
-    let has_local = !eps.local.is_empty();
-    let (internal_chain, has_internal) =
-        if facts.internal_local { (sp.id.local_chain(), has_local) } else { (sp.id.cluster_chain(), has_endpoints) };
-    let (external_policy_chain, has_external) =
-        if facts.external_local { (sp.id.local_chain(), has_local) } else { (sp.id.cluster_chain(), has_endpoints) };
-    let uses_cluster_chain =
-        has_endpoints && (!facts.internal_local || (externally_accessible && !facts.external_local));
-    let uses_local_chain = has_local && (facts.internal_local || (externally_accessible && facts.external_local));
-    let uses_external_chain = has_external && externally_accessible;
-
+    let internal = if facts.internal_local { &eps.local } else { &eps.cluster };
+    let external = if facts.external_local { &eps.local } else { &eps.cluster };
+    let proto = Value::Proto(sp.proto.number());
+    let dests = Destinations {
+        cluster_ip: vec![Value::Addr(sp.cluster_ip), proto.clone(), Value::Port(sp.port)],
+        external: external_ips
+            .iter()
+            .chain(&lb_ips)
+            .map(|ip| vec![Value::Addr(*ip), proto.clone(), Value::Port(sp.port)])
+            .collect(),
+        node_port: sp.node_port.map(|np| vec![proto.clone(), Value::Port(np)]),
+    };
     // Without any endpoint, every destination is refused at once; with endpoints only
     // elsewhere (a Local policy), that destination is dropped, as kube-proxy does.
-    let reject = goto(names::REJECT_CHAIN);
-    let internal_verdict = if has_endpoints { Verdict::Drop } else { reject.clone() };
-    let external_verdict = internal_verdict.clone();
-
-    let proto = Value::Proto(sp.proto.number());
-    let svc_key = |ip: IpAddr| vec![Value::Addr(ip), proto.clone(), Value::Port(sp.port)];
-
-    // Endpoint chains (and their affinity sets), used by the cluster and local chains.
-    let mut targets: Vec<Target> = Vec::new();
-    if uses_cluster_chain {
-        targets.extend(&eps.cluster);
-    }
-    if uses_local_chain {
-        targets.extend(&eps.local);
-    }
-    targets.sort();
-    targets.dedup();
-    for t in &targets {
-        let ep_chain = sp.id.endpoint_chain(&t.ip, t.port);
-        let mut rules = vec![
-            // Hairpin: an endpoint reaching itself through the service must see the
-            // router as the source, or its reply would bypass the DNAT.
-            rule(vec![
-                Stmt::Cmp { field: saddr.clone(), op: CmpOp::Eq, value: CmpValue::Value(Value::Addr(t.ip)) },
-                jump(names::MARK_FOR_MASQUERADE),
-            ]),
-        ];
-        if let Some(timeout) = facts.affinity {
-            let set = sp.id.affinity_set(&t.ip, t.port);
-            out.sets.push(Set {
-                name: set.clone(),
-                key: vec![addr_type],
-                data: None,
-                // `dynamic` because the packet path adds to it (nft would add it anyway).
-                flags: SetFlags { timeout: true, dynamic: true, ..SetFlags::default() },
-                timeout: Some(timeout),
-                comment: None,
-            });
-            rules.push(rule(vec![Stmt::SetUpdate { set, key: saddr.clone() }]));
-        }
-        rules.push(rule(vec![Stmt::MarkOr { field: Field::CtMark, bits: input.ct_mark }]));
-        rules.push(rule(vec![
-            Stmt::Cmp { field: Field::L4Proto, op: CmpOp::Eq, value: CmpValue::Value(proto.clone()) },
-            Stmt::Dnat { addr: t.ip, port: Some(t.port) },
-        ]));
-        out.chains.push((chain(&ep_chain), rules));
-    }
-
-    let policy_chain = |name: String, members: &[Target]| -> (Chain, Vec<Rule>) {
-        let mut rules = Vec::new();
-        if facts.affinity.is_some() {
-            for t in members {
-                rules.push(rule(vec![
-                    Stmt::InSet { field: saddr.clone(), set: sp.id.affinity_set(&t.ip, t.port), negate: false },
-                    Stmt::Verdict(goto(&sp.id.endpoint_chain(&t.ip, t.port))),
-                ]));
-            }
-        }
-        let entries = members
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (Value::Mark(i as u32), goto(&sp.id.endpoint_chain(&t.ip, t.port))))
-            .collect();
-        rules.push(rule(vec![Stmt::VmapInline { key: Field::NumgenRandom(members.len() as u32), entries }]));
-        (chain(&name), rules)
+    let miss = |nodeport: bool| match (eps.cluster.is_empty(), nodeport) {
+        (true, false) => m.reject_ips,
+        (true, true) => m.reject_nodeports,
+        (false, false) => m.drop_ips,
+        (false, true) => m.drop_nodeports,
     };
-    if uses_cluster_chain {
-        out.chains.push(policy_chain(sp.id.cluster_chain(), &eps.cluster));
-    }
-    if uses_local_chain {
-        out.chains.push(policy_chain(sp.id.local_chain(), &eps.local));
-    }
-
-    if uses_external_chain {
-        let mut rules = Vec::new();
-        if !facts.external_local {
-            // The endpoint may answer via another route; SNAT makes the reply come back here.
-            rules.push(rule(vec![jump(names::MARK_FOR_MASQUERADE)]));
+    let masquerade = !facts.external_local;
+    if let Some(timeout) = facts.affinity {
+        affinity_port(input, sp, &eps, facts, timeout, &dests, out);
+        // Destinations without targets go where the other services' go.
+        let mut misses = Vec::new();
+        if internal.is_empty() {
+            misses.push((miss(false), &dests.cluster_ip));
         }
-        rules.push(rule(vec![Stmt::Verdict(goto(&external_policy_chain))]));
-        out.chains.push((chain(&sp.id.external_chain()), rules));
-    }
-    let external_target = goto(&sp.id.external_chain());
-
-    // ClusterIP.
-    if has_internal {
-        out.elements.push((m.service_ips.into(), verdict_element(svc_key(sp.cluster_ip), goto(&internal_chain))));
+        if external.is_empty() {
+            misses.extend(dests.external.iter().map(|k| (miss(false), k)));
+            misses.extend(dests.node_port.iter().map(|k| (miss(true), k)));
+        }
+        for (set, key) in misses {
+            out.elements.push((set.into(), plain_element(key.clone())));
+        }
     } else {
-        out.elements.push((m.no_endpoint_services.into(), verdict_element(svc_key(sp.cluster_ip), internal_verdict)));
-    }
-
-    // externalIPs and LoadBalancer ingress IPs.
-    for ip in external_ips.iter().chain(&lb_ips) {
-        if uses_external_chain {
-            out.elements.push((m.service_ips.into(), verdict_element(svc_key(*ip), external_target.clone())));
-        } else {
-            out.elements.push((m.no_endpoint_services.into(), verdict_element(svc_key(*ip), external_verdict.clone())));
+        let mut dest = |key: &Vec<Value>, nodeport: bool, targets: &[Target], masq: bool| {
+            if targets.is_empty() {
+                out.elements.push((miss(nodeport).into(), plain_element(key.clone())));
+                return;
+            }
+            let count = targets.len() as u32;
+            out.elements.push((names::endpoint_count_set(fam, nodeport, count), plain_element(key.clone())));
+            let backends = if nodeport { m.nodeport_backends } else { m.service_backends };
+            for (slot, t) in targets.iter().enumerate() {
+                let mut k = key.clone();
+                k.push(Value::Int(slot as u32));
+                let data = ElementData::Values(vec![Value::Addr(t.ip), Value::Port(t.port)]);
+                out.elements.push((backends.into(), Element { key: k, data: Some(data), timeout: None }));
+                out.shared.push((m.hairpin.into(), plain_element(vec![Value::Addr(t.ip), Value::Addr(t.ip)])));
+            }
+            if masq {
+                let set = if nodeport { m.masquerade_nodeports } else { m.masquerade_ips };
+                out.elements.push((set.into(), plain_element(key.clone())));
+            }
+        };
+        dest(&dests.cluster_ip, false, internal, false);
+        for key in &dests.external {
+            dest(key, false, external, masquerade);
+        }
+        if let Some(key) = &dests.node_port {
+            dest(key, true, external, masquerade);
         }
     }
+    out.shared.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+    out.shared.dedup();
 
-    // loadBalancerSourceRanges: only LoadBalancer IPs, not NodePorts (as Kubernetes).
+    // loadBalancerSourceRanges: only LoadBalancer IPs, not NodePorts (as Kubernetes). Rare,
+    // and a chain of prefixes per service is what nft can express for them.
     if !lb_ips.is_empty() && !source_ranges.is_empty() {
         let fw = sp.id.firewall_chain();
         let mut rules: Vec<Rule> = source_ranges
@@ -649,17 +707,131 @@ fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Ba
         rules.push(rule(vec![Stmt::Verdict(Verdict::Drop)]));
         out.chains.push((chain(&fw), rules));
         for ip in &lb_ips {
-            out.elements.push((m.firewall_ips.into(), verdict_element(svc_key(*ip), goto(&fw))));
+            let key = vec![Value::Addr(*ip), proto.clone(), Value::Port(sp.port)];
+            out.elements.push((m.firewall_ips.into(), verdict_element(key, goto(&fw))));
         }
     }
+}
 
-    // NodePort.
-    if let Some(np) = sp.node_port {
-        let key = vec![proto.clone(), Value::Port(np)];
-        if uses_external_chain {
-            out.elements.push((m.service_nodeports.into(), verdict_element(key, external_target)));
-        } else {
-            out.elements.push((m.no_endpoint_nodeports.into(), verdict_element(key, external_verdict)));
+/// The destinations of one service port in one family, as set keys.
+struct Destinations {
+    cluster_ip: Vec<Value>,
+    /// externalIPs and LoadBalancer ingress IPs.
+    external: Vec<Vec<Value>>,
+    node_port: Option<Vec<Value>>,
+}
+
+fn plain_element(key: Vec<Value>) -> Element {
+    Element { key, data: None, timeout: None }
+}
+
+/// `sessionAffinity: ClientIP`: each endpoint remembers its clients in a set of its own,
+/// which data maps cannot do, so these ports keep kube-proxy's chains: an external chain,
+/// a chain that picks (affinity first, then `numgen`) and a chain per endpoint, reached
+/// through the `affinity-*` verdict maps. Destinations without targets are left to the
+/// caller.
+fn affinity_port(
+    input: &Input,
+    sp: &PortSpec,
+    eps: &super::endpoints::Categorized,
+    facts: &ServiceFacts,
+    timeout: u32,
+    dests: &Destinations,
+    out: &mut ServicePieces,
+) {
+    let fam = sp.family;
+    let m = maps(fam);
+    let (saddr, _, addr_type) = family_fields(fam);
+    let internal_chain = if facts.internal_local { sp.id.local_chain() } else { sp.id.cluster_chain() };
+    let external_chain = if facts.external_local { sp.id.local_chain() } else { sp.id.cluster_chain() };
+    let has_internal = !(if facts.internal_local { &eps.local } else { &eps.cluster }).is_empty();
+    let has_external = !(if facts.external_local { &eps.local } else { &eps.cluster }).is_empty();
+    let externally_accessible = dests.node_port.is_some() || !dests.external.is_empty();
+    let uses_external_chain = has_external && externally_accessible;
+    let uses_cluster_chain = !eps.cluster.is_empty()
+        && ((has_internal && !facts.internal_local) || (uses_external_chain && !facts.external_local));
+    let uses_local_chain = !eps.local.is_empty()
+        && ((has_internal && facts.internal_local) || (uses_external_chain && facts.external_local));
+    let proto = Value::Proto(sp.proto.number());
+
+    let mut targets: Vec<Target> = Vec::new();
+    if uses_cluster_chain {
+        targets.extend(&eps.cluster);
+    }
+    if uses_local_chain {
+        targets.extend(&eps.local);
+    }
+    targets.sort();
+    targets.dedup();
+    for t in &targets {
+        let set = sp.id.affinity_set(&t.ip, t.port);
+        out.sets.push(Set {
+            name: set.clone(),
+            key: vec![addr_type],
+            data: Vec::new(),
+            typeof_key: None,
+            typeof_data: None,
+            // `dynamic` because the packet path adds to it (nft would add it anyway).
+            flags: SetFlags { timeout: true, dynamic: true, ..SetFlags::default() },
+            timeout: Some(timeout),
+            comment: None,
+        });
+        let rules = vec![
+            // Hairpin, as the `masquerading` chain does for the other services.
+            rule(vec![
+                Stmt::Cmp { field: saddr.clone(), op: CmpOp::Eq, value: CmpValue::Value(Value::Addr(t.ip)) },
+                jump(names::MARK_FOR_MASQUERADE),
+            ]),
+            rule(vec![Stmt::SetUpdate { set, key: saddr.clone() }]),
+            rule(vec![Stmt::MarkOr { field: Field::CtMark, bits: input.ct_mark }]),
+            rule(vec![
+                Stmt::Cmp { field: Field::L4Proto, op: CmpOp::Eq, value: CmpValue::Value(proto.clone()) },
+                Stmt::Dnat { addr: t.ip, port: Some(t.port) },
+            ]),
+        ];
+        out.chains.push((chain(&sp.id.endpoint_chain(&t.ip, t.port)), rules));
+    }
+
+    let policy_chain = |name: String, members: &[Target]| -> (Chain, Vec<Rule>) {
+        let mut rules: Vec<Rule> = members
+            .iter()
+            .map(|t| {
+                rule(vec![
+                    Stmt::InSet { field: saddr.clone(), set: sp.id.affinity_set(&t.ip, t.port), negate: false },
+                    Stmt::Verdict(goto(&sp.id.endpoint_chain(&t.ip, t.port))),
+                ])
+            })
+            .collect();
+        let entries = members
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (Value::Mark(i as u32), goto(&sp.id.endpoint_chain(&t.ip, t.port))))
+            .collect();
+        rules.push(rule(vec![Stmt::VmapInline { key: Field::NumgenRandom(members.len() as u32), entries }]));
+        (chain(&name), rules)
+    };
+    if uses_cluster_chain {
+        out.chains.push(policy_chain(sp.id.cluster_chain(), &eps.cluster));
+    }
+    if uses_local_chain {
+        out.chains.push(policy_chain(sp.id.local_chain(), &eps.local));
+    }
+    if uses_external_chain {
+        let mut rules = Vec::new();
+        if !facts.external_local {
+            rules.push(rule(vec![jump(names::MARK_FOR_MASQUERADE)]));
         }
+        rules.push(rule(vec![Stmt::Verdict(goto(&external_chain))]));
+        out.chains.push((chain(&sp.id.external_chain()), rules));
+        let ext = goto(&sp.id.external_chain());
+        for key in &dests.external {
+            out.elements.push((m.affinity_ips.into(), verdict_element(key.clone(), ext.clone())));
+        }
+        if let Some(key) = &dests.node_port {
+            out.elements.push((m.affinity_nodeports.into(), verdict_element(key.clone(), ext)));
+        }
+    }
+    if has_internal {
+        out.elements.push((m.affinity_ips.into(), verdict_element(dests.cluster_ip.clone(), goto(&internal_chain))));
     }
 }

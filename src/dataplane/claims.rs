@@ -39,6 +39,15 @@ impl<K> Conflict<K> {
     }
 }
 
+/// The destination an element belongs to: its key, without the slot for a backends map.
+fn claim_key<'a>(map: &str, key: &'a [Value]) -> &'a [Value] {
+    if super::names::is_backends_map(map) {
+        &key[..key.len().saturating_sub(1)]
+    } else {
+        key
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Claims<K> {
     holder: BTreeMap<Vec<Value>, K>,
@@ -51,15 +60,23 @@ impl<K: Ord + Clone> Claims<K> {
     /// `pieces` the elements whose key another service holds (returned).
     pub fn claim(&mut self, who: &K, pieces: &mut ServicePieces) -> Vec<Conflict<K>> {
         let mut conflicts = Vec::new();
-        pieces.elements.retain(|(map, el)| match self.holder.get(&el.key) {
-            Some(h) if h != who => {
-                conflicts.push(Conflict { map: map.clone(), key: el.key.clone(), holder: h.clone() });
-                false
-            }
-            Some(_) => true,
-            None => {
-                self.holder.insert(el.key.clone(), who.clone());
-                true
+        pieces.elements.retain(|(map, el)| {
+            let key = claim_key(map, &el.key);
+            match self.holder.get(key) {
+                Some(h) if h != who => {
+                    // Reported once per destination, by the set that says what it is (a
+                    // count set by its family's name: `service-ips-v4`).
+                    if !conflicts.iter().any(|c: &Conflict<K>| c.key == key) {
+                        let map = super::names::dispatch_name(map).to_string();
+                        conflicts.push(Conflict { map, key: key.to_vec(), holder: h.clone() });
+                    }
+                    false
+                }
+                Some(_) => true,
+                None => {
+                    self.holder.insert(key.to_vec(), who.clone());
+                    true
+                }
             }
         });
         if conflicts.is_empty() {
@@ -75,10 +92,11 @@ impl<K: Ord + Clone> Claims<K> {
     pub fn release(&mut self, who: &K, pieces: &ServicePieces) -> BTreeSet<K> {
         self.waiting.remove(who);
         let mut freed = BTreeSet::new();
-        for (_, el) in &pieces.elements {
-            if self.holder.get(&el.key) == Some(who) {
-                self.holder.remove(&el.key);
-                freed.insert(&el.key);
+        for (map, el) in &pieces.elements {
+            let key = claim_key(map, &el.key);
+            if self.holder.get(key) == Some(who) {
+                self.holder.remove(key);
+                freed.insert(key);
             }
         }
         if freed.is_empty() {
@@ -86,7 +104,7 @@ impl<K: Ord + Clone> Claims<K> {
         }
         self.waiting
             .iter()
-            .filter(|(_, cs)| cs.iter().any(|c| freed.contains(&c.key)))
+            .filter(|(_, cs)| cs.iter().any(|c| freed.contains(c.key.as_slice())))
             .map(|(k, _)| k.clone())
             .collect()
     }
@@ -112,7 +130,10 @@ mod tests {
             elements: keys
                 .iter()
                 .map(|(map, ip, port)| {
-                    let key = vec![Value::Addr(ip.parse().unwrap()), Value::Proto(6), Value::Port(*port)];
+                    let mut key = vec![Value::Addr(ip.parse().unwrap()), Value::Proto(6), Value::Port(*port)];
+                    if crate::dataplane::names::is_backends_map(map) {
+                        key.push(Value::Int(0));
+                    }
                     (map.to_string(), Element { key, data: None, timeout: None })
                 })
                 .collect(),
@@ -171,9 +192,15 @@ mod tests {
         let mut a = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("firewall-ips-v4", "198.18.5.5", 80)]);
         assert!(c.claim(&"a", &mut a).is_empty());
         assert_eq!(a.elements.len(), 2);
-        // The second claimant loses it in every map.
-        let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80), ("no-endpoint-services-v4", "198.18.5.5", 80)]);
-        assert_eq!(c.claim(&"b", &mut b).len(), 2);
+        // The second claimant loses it in every set, reported once, and its backends with it.
+        let mut b = pieces(&[
+            ("service-ips-v4-k2", "198.18.5.5", 80),
+            ("reject-ips-v4", "198.18.5.5", 80),
+            ("service-backends-v4", "198.18.5.5", 80),
+        ]);
+        let conflicts = c.claim(&"b", &mut b);
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(conflicts[0].describe("a"), "198.18.5.5 . tcp . 80 in service-ips-v4 is held by a");
         assert!(b.elements.is_empty());
     }
 

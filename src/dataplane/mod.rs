@@ -8,8 +8,10 @@ pub mod builder;
 pub mod claims;
 pub mod endpoints;
 pub mod names;
+pub mod plan;
 
-pub use builder::{build, build_service, build_skeleton, Input, ServiceInput, ServicePieces};
+pub use builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
+pub use plan::build;
 
 #[cfg(test)]
 mod tests;

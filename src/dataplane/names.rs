@@ -10,17 +10,38 @@ use std::net::IpAddr;
 
 use crate::model::Protocol;
 
-// The table's fixed sets and maps.
+// The table's fixed sets and maps. Every service port is data in these: a change to a
+// service adds and removes elements, never rules or chains (docs/dataplane.md).
 pub const NODEPORT_IPS_V4: &str = "nodeport-ips-v4";
 pub const NODEPORT_IPS_V6: &str = "nodeport-ips-v6";
-pub const SERVICE_IPS_V4: &str = "service-ips-v4";
-pub const SERVICE_IPS_V6: &str = "service-ips-v6";
-pub const SERVICE_NODEPORTS_V4: &str = "service-nodeports-v4";
-pub const SERVICE_NODEPORTS_V6: &str = "service-nodeports-v6";
-pub const NO_ENDPOINT_SERVICES_V4: &str = "no-endpoint-services-v4";
-pub const NO_ENDPOINT_SERVICES_V6: &str = "no-endpoint-services-v6";
-pub const NO_ENDPOINT_NODEPORTS_V4: &str = "no-endpoint-nodeports-v4";
-pub const NO_ENDPOINT_NODEPORTS_V6: &str = "no-endpoint-nodeports-v6";
+/// Backends of service IPs: `addr . proto . port . slot : endpoint addr . endpoint port`.
+pub const SERVICE_BACKENDS_V4: &str = "service-backends-v4";
+pub const SERVICE_BACKENDS_V6: &str = "service-backends-v6";
+/// Backends of NodePorts: `proto . nodePort . slot : endpoint addr . endpoint port`.
+pub const NODEPORT_BACKENDS_V4: &str = "nodeport-backends-v4";
+pub const NODEPORT_BACKENDS_V6: &str = "nodeport-backends-v6";
+/// External destinations under `externalTrafficPolicy: Cluster`: masqueraded.
+pub const MASQUERADE_IPS_V4: &str = "masquerade-ips-v4";
+pub const MASQUERADE_IPS_V6: &str = "masquerade-ips-v6";
+pub const MASQUERADE_NODEPORTS_V4: &str = "masquerade-nodeports-v4";
+pub const MASQUERADE_NODEPORTS_V6: &str = "masquerade-nodeports-v6";
+/// Destinations without usable endpoints: refused at once, or dropped (Local policies).
+pub const REJECT_IPS_V4: &str = "reject-ips-v4";
+pub const REJECT_IPS_V6: &str = "reject-ips-v6";
+pub const REJECT_NODEPORTS_V4: &str = "reject-nodeports-v4";
+pub const REJECT_NODEPORTS_V6: &str = "reject-nodeports-v6";
+pub const DROP_IPS_V4: &str = "drop-ips-v4";
+pub const DROP_IPS_V6: &str = "drop-ips-v6";
+pub const DROP_NODEPORTS_V4: &str = "drop-nodeports-v4";
+pub const DROP_NODEPORTS_V6: &str = "drop-nodeports-v6";
+/// `endpoint . endpoint`: a connection DNATed back to its own source is masqueraded.
+pub const HAIRPIN_V4: &str = "hairpin-v4";
+pub const HAIRPIN_V6: &str = "hairpin-v6";
+/// Services with `sessionAffinity: ClientIP` keep per-service chains, reached by these.
+pub const AFFINITY_IPS_V4: &str = "affinity-ips-v4";
+pub const AFFINITY_IPS_V6: &str = "affinity-ips-v6";
+pub const AFFINITY_NODEPORTS_V4: &str = "affinity-nodeports-v4";
+pub const AFFINITY_NODEPORTS_V6: &str = "affinity-nodeports-v6";
 pub const FIREWALL_IPS_V4: &str = "firewall-ips-v4";
 pub const FIREWALL_IPS_V6: &str = "firewall-ips-v6";
 /// Both families: the ports `spec.healthCheckNodePort` is served on (the daemon's own socket).
@@ -43,6 +64,40 @@ pub const MASQUERADING: &str = "masquerading";
 
 /// The kernel's limit for table, chain and set names (`NFT_NAME_MAXLEN`, 256 with the NUL).
 pub const NAME_MAX: usize = 255;
+
+/// The set of service IPs (`ip`) or NodePorts (`nodeport`) with `count` usable endpoints:
+/// `service-ips-v4-k3`. The skeleton has one pair, and one rule each, per count in use.
+pub fn endpoint_count_set(family: IpFamily, nodeport: bool, count: u32) -> String {
+    let kind = if nodeport { "nodeports" } else { "ips" };
+    format!("service-{kind}-v{}-k{count}", family.digit())
+}
+
+/// The family and endpoint count of an [`endpoint_count_set`] name.
+pub fn parse_endpoint_count_set(name: &str) -> Option<(IpFamily, u32)> {
+    let rest = name.strip_prefix("service-ips-v").or_else(|| name.strip_prefix("service-nodeports-v"))?;
+    let (fam, count) = rest.split_once("-k")?;
+    let family = match fam {
+        "4" => IpFamily::V4,
+        "6" => IpFamily::V6,
+        _ => return None,
+    };
+    Some((family, count.parse().ok().filter(|c| *c > 0)?))
+}
+
+/// What a set stands for in messages: a count set by its family's name
+/// (`service-ips-v4-k3` → `service-ips-v4`), any other set by its own.
+pub fn dispatch_name(name: &str) -> &str {
+    match (parse_endpoint_count_set(name), name.rfind("-k")) {
+        (Some(_), Some(i)) => &name[..i],
+        _ => name,
+    }
+}
+
+/// Whether a map's key ends with a numgen slot that is not part of the destination (its
+/// elements belong to whoever holds the destination).
+pub fn is_backends_map(name: &str) -> bool {
+    [SERVICE_BACKENDS_V4, SERVICE_BACKENDS_V6, NODEPORT_BACKENDS_V4, NODEPORT_BACKENDS_V6].contains(&name)
+}
 
 /// Prefixes of the per-service objects; every fixed name above has none of them, so
 /// `is_service_object` tells the two apart.
@@ -217,7 +272,7 @@ mod tests {
         for n in [id.cluster_chain(), id.local_chain(), id.external_chain(), id.firewall_chain()] {
             assert!(is_service_object(&n), "{n}");
         }
-        for n in [SERVICES, MASQUERADING, SERVICE_IPS_V4, NODEPORT_IPS_V6, REJECT_CHAIN, FIREWALL_CHECK] {
+        for n in [SERVICES, MASQUERADING, SERVICE_BACKENDS_V4, NODEPORT_IPS_V6, REJECT_CHAIN, FIREWALL_CHECK] {
             assert!(!is_service_object(n), "{n}");
         }
     }

@@ -110,7 +110,11 @@ fn every_service_object_name_is_derived_and_within_limits() {
     for n in all {
         assert!(n.len() <= names::NAME_MAX, "{n}");
         assert!(seen.insert(n), "duplicate name {n}");
-        assert!(fixed.contains(&n) || names::is_service_object(n), "{n} is neither fixed nor a service object");
+        let per_count = names::parse_endpoint_count_set(n).is_some();
+        assert!(
+            fixed.contains(&n) || per_count || names::is_service_object(n),
+            "{n} is neither fixed, nor per endpoint count, nor a service object"
+        );
     }
 }
 
@@ -148,17 +152,27 @@ fn jump_targets_exist_and_come_first() {
 #[test]
 fn one_service_change_touches_only_its_own_objects() {
     // The sync engine relies on this: rebuilding one service yields the same objects
-    // for every other service, so a diff by name stays small.
+    // for every other service, so a diff stays small. An endpoint change is data only.
     let svcs = services();
     let before = build(&full_input(&svcs));
     let mut inp = full_input(&svcs);
     inp.services[0].backends.insert("".into(), vec![be("198.18.2.13:8080 ready")]);
     let after = build(&inp);
-    let changed: Vec<&str> =
-        after.chains.iter().filter(|c| !before.chains.contains(c)).map(|(c, _)| c.name.as_str()).collect();
+    assert_eq!(
+        before.chains.iter().filter(|(c, _)| c.name != names::SERVICES).collect::<Vec<_>>(),
+        after.chains.iter().filter(|(c, _)| c.name != names::SERVICES).collect::<Vec<_>>(),
+        "no chain but the dispatch rules per count changes"
+    );
+    let elements = |rs: &Ruleset| -> std::collections::BTreeSet<String> {
+        rs.elements.iter().flat_map(|(set, els)| els.iter().map(move |e| format!("{set}: {e:?}"))).collect()
+    };
+    let (b, a) = (elements(&before), elements(&after));
+    let changed: Vec<&String> = b.symmetric_difference(&a).collect();
     assert!(!changed.is_empty());
-    for n in &changed {
-        assert!(n.contains("default/web/tcp/80"), "unrelated chain {n} changed");
+    for e in &changed {
+        // web's ClusterIP, its NodePort, its old endpoints and the new one.
+        let web = ["198.19.0.10", "Port(30080)", "198.18.2.11", "198.18.2.12", "198.18.2.13"];
+        assert!(web.iter().any(|w| e.contains(w)), "unrelated element {e} changed");
     }
 }
 
@@ -222,19 +236,198 @@ fn a_contested_external_ip_goes_to_the_oldest_service() {
     let older = mk("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z");
     let newer = mk("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z");
     for order in [[&older, &newer], [&newer, &older]] {
-        let backends = || ports(&[("", &["198.18.2.11:8080 ready"])]);
-        let rs = build(&input(order.iter().map(|s| ServiceInput { service: s, backends: backends() }).collect()));
-        let contested: Vec<String> = rs
+        let backends = |s: &Service| {
+            let ep = if s.name() == "zz-older" { "198.18.2.11:8080 ready" } else { "198.18.2.12:8080 ready" };
+            ports(&[("", &[ep])])
+        };
+        let rs = build(&input(order.iter().map(|s| ServiceInput { service: s, backends: backends(s) }).collect()));
+        let contested: Vec<(String, Option<ElementData>)> = rs
             .elements
             .iter()
             .flat_map(|(map, els)| els.iter().map(move |e| (map, e)))
             .filter(|(_, e)| e.key.first() == Some(&Value::Addr("198.18.3.20".parse().unwrap())))
-            .map(|(map, e)| format!("{map} {:?}", e.data))
+            .map(|(map, e)| (map.clone(), e.data.clone()))
             .collect();
-        assert_eq!(contested.len(), 1, "{contested:#?}");
-        assert!(contested[0].contains("zz-older"), "{contested:#?}");
+        // One element in each set the destination is in, all the older one's.
+        let sets: Vec<&str> = contested.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(sets, vec!["service-ips-v4-k1", "service-backends-v4", "masquerade-ips-v4"], "{contested:#?}");
+        let older_ep = ElementData::Values(vec![Value::Addr("198.18.2.11".parse().unwrap()), Value::Port(8080)]);
+        assert_eq!(contested[1].1, Some(older_ep), "{contested:#?}");
         // Each keeps its own ClusterIP.
         let text = render(&rs);
         assert!(text.contains("198.19.0.31 . tcp . 80") && text.contains("198.19.0.32 . tcp . 80"), "{text}");
+    }
+}
+
+mod planner {
+    use super::*;
+    use crate::dataplane::plan::{Change, Key, OwnedService, Planner};
+    use std::collections::{BTreeMap as Map, BTreeSet};
+
+    /// The kernel as the IR sees it: what a sync leaves there.
+    #[derive(Debug, Default, PartialEq)]
+    struct Model {
+        sets: Map<String, Set>,
+        chains: Map<String, (Chain, Vec<Rule>)>,
+        elements: Map<(String, Vec<Value>), Option<ElementData>>,
+    }
+
+    impl Model {
+        fn of(rs: &Ruleset) -> Model {
+            let mut m = Model::default();
+            m.apply(&Ruleset::default(), rs);
+            m
+        }
+        /// What `partial_sync_ops` does with a (before, after) pair.
+        fn apply(&mut self, before: &Ruleset, after: &Ruleset) {
+            let names = |rs: &Ruleset| -> BTreeSet<String> { rs.sets.iter().map(|s| s.name.clone()).collect() };
+            for gone in names(before).difference(&names(after)) {
+                self.sets.remove(gone);
+                self.elements.retain(|(s, _), _| s != gone);
+            }
+            for s in &after.sets {
+                self.sets.insert(s.name.clone(), s.clone());
+            }
+            for (c, _) in &before.chains {
+                if !after.chains.iter().any(|(a, _)| a.name == c.name) {
+                    self.chains.remove(&c.name);
+                }
+            }
+            for c in &after.chains {
+                self.chains.insert(c.0.name.clone(), c.clone());
+            }
+            let after_els: Map<(String, Vec<Value>), &Option<ElementData>> = after
+                .elements
+                .iter()
+                .flat_map(|(s, els)| els.iter().map(move |e| ((s.clone(), e.key.clone()), &e.data)))
+                .collect();
+            for (s, els) in &before.elements {
+                for e in els {
+                    let k = (s.clone(), e.key.clone());
+                    if after_els.get(&k) != Some(&&e.data) {
+                        self.elements.remove(&k);
+                    }
+                }
+            }
+            for (k, d) in after_els {
+                self.elements.insert(k, d.clone());
+            }
+        }
+    }
+
+    fn key(s: &Service) -> Key {
+        (s.namespace().to_string(), s.name().to_string())
+    }
+
+    /// Plans a batch, then the waiters it names, as the daemon does; applies each
+    /// change to the model.
+    fn sync(p: &mut Planner, m: &mut Model, node: &Input, live: &Map<Key, OwnedService>, changed: Vec<Key>) {
+        let mut batch: Vec<Key> = changed;
+        let mut full = false;
+        loop {
+            let req = batch.iter().map(|k| (k.clone(), live.get(k).cloned())).collect();
+            let planned = p.plan(node, req, full);
+            match planned.change {
+                Change::Full => *m = Model::of(&p.assemble()),
+                Change::Partial { before, after } => m.apply(&before, &after),
+            }
+            if planned.waiters.is_empty() {
+                return;
+            }
+            batch = planned.waiters;
+            full = false;
+        }
+    }
+
+    fn owned(s: &Service, eps: &[&str]) -> OwnedService {
+        OwnedService { service: s.clone(), backends: ports(&[("", eps)]) }
+    }
+
+    #[test]
+    fn a_released_key_goes_to_the_waiter_in_the_next_batch() {
+        let mk = |name: &str, cip: &str, created: &str| {
+            svc(&format!(
+                r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
+                "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
+                "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
+            ))
+        };
+        let a = mk("a", "198.19.0.31", "2026-01-01T00:00:00Z");
+        let b = mk("b", "198.19.0.32", "2026-02-01T00:00:00Z");
+        let node = input(vec![]);
+        let mut live = Map::new();
+        live.insert(key(&a), owned(&a, &["198.18.2.11:8080 ready"]));
+        live.insert(key(&b), owned(&b, &["198.18.2.12:8080 ready"]));
+        let (mut p, mut m) = (Planner::new(), Model::default());
+        sync(&mut p, &mut m, &node, &live, vec![key(&a), key(&b)]);
+        assert_eq!(p.conflicts(), vec!["default/b: 198.18.3.20 . tcp . 80 in service-ips-v4 is held by default/a"]);
+        live.remove(&key(&a));
+        let planned = p.plan(&node, vec![(key(&a), None)], false);
+        assert_eq!(planned.waiters, vec![key(&b)]);
+        if let Change::Partial { before, after } = planned.change {
+            m.apply(&before, &after);
+        }
+        sync(&mut p, &mut m, &node, &live, planned.waiters);
+        assert!(p.conflicts().is_empty());
+        let svcs = [b.clone()];
+        let want = build(&input(vec![ServiceInput { service: &svcs[0], backends: live[&key(&b)].backends.clone() }]));
+        assert_eq!(m, Model::of(&want));
+    }
+
+    use proptest::prelude::*;
+
+    /// Endpoints a step can give a service: some shared between services (hairpin
+    /// elements several services add), some on this node, one per family.
+    const POOL: &[&str] = &[
+        "198.18.2.11:8080 ready node=router-1",
+        "198.18.2.12:8080 ready",
+        "198.18.2.13:53 ready node=router-1",
+        "198.18.2.14:8080 serving terminating",
+        "[2001:db8:2::11]:8080 ready node=router-1",
+        "[2001:db8:2::12]:8080 ready",
+    ];
+
+    fn backends_of(s: &Service, mask: u8) -> OwnedService {
+        let eps: Vec<&str> = POOL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| *e).collect();
+        // Every port of the service gets the same endpoints (by port name).
+        let mut b = BTreeMap::new();
+        for p in &s.spec.ports {
+            b.insert(p.name.clone().unwrap_or_default(), eps.iter().map(|e| be(e)).collect());
+        }
+        OwnedService { service: s.clone(), backends: b }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        /// Any sequence of batches applied incrementally leaves the table a full build
+        /// of the same services gives.
+        #[test]
+        fn incremental_batches_end_where_a_full_build_does(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0..CASES.len(), proptest::option::of(0u8..64)), 1..4),
+                1..12,
+            )
+        ) {
+            let svcs = services();
+            let node = input(vec![]);
+            let (mut p, mut m) = (Planner::new(), Model::default());
+            let mut live: Map<Key, OwnedService> = Map::new();
+            for batch in steps {
+                let mut keys = Vec::new();
+                for (i, mask) in batch {
+                    let k = key(&svcs[i]);
+                    match mask {
+                        Some(mask) => { live.insert(k.clone(), backends_of(&svcs[i], mask)); }
+                        None => { live.remove(&k); }
+                    }
+                    keys.push(k);
+                }
+                sync(&mut p, &mut m, &node, &live, keys);
+            }
+            let inputs: Vec<ServiceInput> =
+                live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect();
+            let want = build(&input(inputs));
+            prop_assert_eq!(Model::of(&want), m);
+        }
     }
 }

@@ -53,6 +53,8 @@ pub enum DataType {
     InetProto,
     InetService,
     Mark,
+    /// A plain 32-bit integer in host byte order: what `numgen` yields (only in `typeof` sets).
+    Integer,
     Verdict,
 }
 
@@ -64,13 +66,18 @@ pub struct SetFlags {
     pub constant: bool,
 }
 
-/// A named set (`data: None`) or map (`data: Some(..)`).
+/// A named set (`data` empty) or map (`data` one type, or several for a concatenation).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Set {
     pub name: String,
     /// One type, or several for a concatenation (`ipv4_addr . inet_proto . inet_service`).
     pub key: Vec<DataType>,
-    pub data: Option<DataType>,
+    pub data: Vec<DataType>,
+    /// `typeof KEY : DATA`: the expressions the key (and data) are declared by, for sets
+    /// whose types nft cannot name (a `numgen` slot is a plain integer). `key` and `data`
+    /// still give the types.
+    pub typeof_key: Option<Field>,
+    pub typeof_data: Option<Field>,
     pub flags: SetFlags,
     /// Default element timeout in seconds (`timeout` flag sets).
     pub timeout: Option<u32>,
@@ -87,6 +94,8 @@ pub enum Value {
     Proto(u8),
     Port(u16),
     Mark(u32),
+    /// A plain integer (a `numgen` slot), printed in decimal.
+    Int(u32),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,7 +118,8 @@ pub struct Element {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ElementData {
     Verdict(Verdict),
-    Value(Value),
+    /// One value, or several for concatenated data (`198.18.2.11 . 8080`).
+    Values(Vec<Value>),
 }
 
 /// Packet and connection fields a rule reads.
@@ -211,6 +221,13 @@ pub enum Stmt {
     MarkAndNot {
         field: Field,
         bits: u32,
+    },
+    /// `dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends`:
+    /// the address and port come from a named map whose data is `addr . inet_service`.
+    DnatMap {
+        ipv6: bool,
+        key: Field,
+        map: String,
     },
     /// `dnat ip to 198.18.1.2:8080` / `dnat ip6 to [2001:db8::2]:8080`
     Dnat {

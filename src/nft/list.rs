@@ -167,7 +167,7 @@ pub async fn list_table(sock: &mut NftSocket, family: u8, table: &str) -> Result
 }
 
 /// Makes kernel-assigned details comparable with what we send.
-fn normalize(e: &Expr) -> Expr {
+pub fn normalize(e: &Expr) -> Expr {
     match e {
         Expr::Lookup { set, sreg, dreg, invert, .. } if set.starts_with("__") => {
             Expr::Lookup { set: "__anonymous".into(), set_id: None, sreg: *sreg, dreg: *dreg, invert: *invert }

@@ -115,7 +115,7 @@ impl Lowerer {
             attrs.push(Attr::nested(
                 wire::chain::HOOK,
                 vec![
-                    Attr::u32(wire::chain::HOOK_HOOKNUM, hook_num(b.hook)),
+                    Attr::u32(wire::chain::HOOK_HOOKNUM, hook_number(b.hook)),
                     Attr::i32(wire::chain::HOOK_PRIORITY, b.priority),
                 ],
             ));
@@ -186,7 +186,7 @@ impl Lowerer {
         if concat_desc {
             flags |= wire::set::F_CONCAT;
         }
-        if s.data.is_some() {
+        if !s.data.is_empty() {
             flags |= wire::set::F_MAP;
         }
         let mut attrs = vec![
@@ -200,13 +200,13 @@ impl Lowerer {
             Attr::u32(wire::set::ID, self.next_set_id),
         ];
         self.next_set_id += 1;
-        match s.data {
-            Some(DataType::Verdict) => attrs.push(Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT)),
-            Some(d) => {
-                attrs.push(Attr::u32(wire::set::DATA_TYPE, type_id(d)));
-                attrs.push(Attr::u32(wire::set::DATA_LEN, type_len(d) as u32));
+        match s.data.as_slice() {
+            [DataType::Verdict] => attrs.push(Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT)),
+            [] => {}
+            d => {
+                attrs.push(Attr::u32(wire::set::DATA_TYPE, key_type_id(d)));
+                attrs.push(Attr::u32(wire::set::DATA_LEN, key_len(d) as u32));
             }
-            None => {}
         }
         if let Some(t) = s.timeout {
             attrs.push(Attr::u64(wire::set::TIMEOUT, u64::from(t) * 1000));
@@ -219,8 +219,20 @@ impl Lowerer {
                 .collect();
             attrs.push(Attr::nested(wire::set::DESC, vec![Attr::nested(wire::set::DESC_CONCAT, fields)]));
         }
+        let mut udata = Vec::new();
+        if let Some(k) = &s.typeof_key {
+            // As nft writes them: both byte orders unset, then the expressions.
+            udata.extend([UDATA_SET_KEYBYTEORDER, 4, 0, 0, 0, 0, UDATA_SET_DATABYTEORDER, 4, 0, 0, 0, 0]);
+            udata_tlv(&mut udata, UDATA_SET_KEY_TYPEOF, &typeof_udata(k).map_err(err)?).map_err(err)?;
+            if let Some(d) = &s.typeof_data {
+                udata_tlv(&mut udata, UDATA_SET_DATA_TYPEOF, &typeof_udata(d).map_err(err)?).map_err(err)?;
+            }
+        }
         if let Some(cm) = &s.comment {
-            attrs.push(Attr::bytes(wire::set::USERDATA, udata_comment(UDATA_SET_COMMENT, cm)));
+            udata.extend(udata_comment(UDATA_SET_COMMENT, cm));
+        }
+        if !udata.is_empty() {
+            attrs.push(Attr::bytes(wire::set::USERDATA, udata));
         }
         Ok(Op { msg: self.msg(MsgType::NewSet, attrs), flags: NLM_F_CREATE, object: Object::Set(s.name.clone()) })
     }
@@ -264,6 +276,22 @@ impl Lowerer {
         }
         chunks.flush(sink);
         Ok(())
+    }
+
+    /// Element-list messages for elements already encoded as `NFTA_LIST_ELEM`s (what a
+    /// comparison with the kernel's listing works with).
+    pub fn raw_elements_each(
+        &self,
+        set: &str,
+        elems: impl IntoIterator<Item = Attr>,
+        add: bool,
+        sink: &mut dyn FnMut(Op),
+    ) {
+        let mut chunks = Chunker::new(self, set, None, add);
+        for a in elems {
+            chunks.push(a, sink);
+        }
+        chunks.flush(sink);
     }
 
     /// The messages of one rule: anonymous maps it needs, then `NEWRULE`.
@@ -392,8 +420,61 @@ pub fn rule_comment(udata: &[u8]) -> Option<String> {
 
 /// libnftnl's `NFTNL_UDATA_SET_KEYBYTEORDER`: how `nft list` should read an
 /// anonymous map's integer keys (the kernel does not care).
+const UDATA_SET_KEYBYTEORDER: u8 = 0;
+const UDATA_SET_DATABYTEORDER: u8 = 1;
+const UDATA_SET_KEY_TYPEOF: u8 = 3;
+const UDATA_SET_DATA_TYPEOF: u8 = 4;
+
+/// One userdata TLV (type, length, value; the length is one byte).
+fn udata_tlv(out: &mut Vec<u8>, kind: u8, value: &[u8]) -> Result<(), String> {
+    let len = u8::try_from(value.len()).map_err(|_| format!("typeof description of {} bytes", value.len()))?;
+    out.push(kind);
+    out.push(len);
+    out.extend_from_slice(value);
+    Ok(())
+}
+
+/// How nft describes a `typeof` expression in a set's userdata, so that `nft list`
+/// prints the set as `typeof …` (nftables' `*_build_udata`): the expression kind, then
+/// its parameters (payload: protocol and field template; meta: key; numgen: type,
+/// modulus, offset; concatenation: each part in turn). Integers are in host order.
+fn typeof_udata(f: &Field) -> Result<Vec<u8>, String> {
+    const EXPR_PAYLOAD: u32 = 7;
+    const EXPR_META: u32 = 9;
+    const EXPR_CONCAT: u32 = 13;
+    const EXPR_NUMGEN: u32 = 23;
+    let ints = |vals: &[u32]| -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        for (i, v) in vals.iter().enumerate() {
+            udata_tlv(&mut out, u8::try_from(i).map_err(|e| e.to_string())?, &v.to_ne_bytes())?;
+        }
+        Ok(out)
+    };
+    let (kind, data) = match f {
+        // (protocol description, template): ip 12, ip6 13, th 11.
+        Field::IpSaddr => (EXPR_PAYLOAD, ints(&[12, 11])?),
+        Field::IpDaddr => (EXPR_PAYLOAD, ints(&[12, 12])?),
+        Field::Ip6Saddr => (EXPR_PAYLOAD, ints(&[13, 8])?),
+        Field::Ip6Daddr => (EXPR_PAYLOAD, ints(&[13, 9])?),
+        Field::ThDport => (EXPR_PAYLOAD, ints(&[11, 2])?),
+        Field::L4Proto => (EXPR_META, ints(&[16])?),
+        Field::NumgenRandom(m) => (EXPR_NUMGEN, ints(&[1, *m, 0])?),
+        Field::Concat(fs) => {
+            let mut out = Vec::new();
+            for (i, f) in fs.iter().enumerate() {
+                udata_tlv(&mut out, u8::try_from(i).map_err(|e| e.to_string())?, &typeof_udata(f)?)?;
+            }
+            (EXPR_CONCAT, out)
+        }
+        other => return Err(format!("{other:?} cannot declare a set with typeof")),
+    };
+    let mut out = Vec::new();
+    udata_tlv(&mut out, 0, &kind.to_ne_bytes())?;
+    udata_tlv(&mut out, 1, &data)?;
+    Ok(out)
+}
+
 fn udata_key_byteorder(key: &Field) -> Vec<u8> {
-    const UDATA_SET_KEYBYTEORDER: u8 = 0;
     const BYTEORDER_HOST_ENDIAN: u32 = 1;
     const BYTEORDER_BIG_ENDIAN: u32 = 2;
     let order = match key {
@@ -412,7 +493,7 @@ fn udata_key_byteorder(key: &Field) -> Vec<u8> {
     v
 }
 
-fn hook_num(h: Hook) -> u32 {
+pub fn hook_number(h: Hook) -> u32 {
     match h {
         Hook::Prerouting => 0,
         Hook::Input => 1,
@@ -435,12 +516,13 @@ fn type_id(t: DataType) -> u32 {
         DataType::InetProto => 12,
         DataType::InetService => 13,
         DataType::Mark => 19,
+        DataType::Integer => TYPE_INTEGER,
     }
 }
 
 fn type_len(t: DataType) -> usize {
     match t {
-        DataType::Ipv4Addr | DataType::Mark => 4,
+        DataType::Ipv4Addr | DataType::Mark | DataType::Integer => 4,
         DataType::Ipv6Addr | DataType::Verdict => 16,
         DataType::InetProto => 1,
         DataType::InetService => 2,
@@ -463,7 +545,7 @@ fn as_int(v: &Value) -> Option<u32> {
     match v {
         Value::Proto(p) => Some(u32::from(*p)),
         Value::Port(p) => Some(u32::from(*p)),
-        Value::Mark(m) => Some(*m),
+        Value::Mark(m) | Value::Int(m) => Some(*m),
         _ => None,
     }
 }
@@ -475,7 +557,7 @@ fn encode_typed(t: DataType, v: &Value) -> Result<Vec<u8>, String> {
         (DataType::Ipv6Addr, Value::Addr(IpAddr::V6(a))) => Ok(a.octets().to_vec()),
         (DataType::InetProto, Value::Proto(p)) => Ok(vec![*p]),
         (DataType::InetService, Value::Port(p)) => Ok(net_u16(*p)),
-        (DataType::Mark, v) if as_int(v).is_some() => Ok(host_u32(as_int(v).unwrap_or(0))),
+        (DataType::Mark | DataType::Integer, v) if as_int(v).is_some() => Ok(host_u32(as_int(v).unwrap_or(0))),
         _ => Err(format!("value {v:?} does not fit type {t:?}")),
     }
 }
@@ -509,7 +591,7 @@ fn kverdict(v: &Verdict) -> KVerdict {
 }
 
 /// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set).
-fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
+pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
     let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
     let mut attrs = Vec::new();
     let mut end: Option<Vec<u8>> = None;
@@ -526,14 +608,14 @@ fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerEr
     };
     attrs.push(expr::data_attr(wire::elem::KEY, &Data::Value(key)));
     if add {
-        match (&set.data, &e.data) {
-            (Some(DataType::Verdict), Some(ElementData::Verdict(v))) => {
+        match (set.data.as_slice(), &e.data) {
+            ([DataType::Verdict], Some(ElementData::Verdict(v))) => {
                 attrs.push(expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(v))))
             }
-            (Some(t), Some(ElementData::Value(v))) => {
-                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_typed(*t, v).map_err(err)?)))
+            (t, Some(ElementData::Values(v))) if !t.is_empty() => {
+                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_key(t, v).map_err(err)?)))
             }
-            (None, None) => {}
+            ([], None) => {}
             (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
         }
         if let Some(t) = e.timeout {
@@ -848,6 +930,27 @@ impl RuleLowering<'_, '_> {
                     Field::MetaMark => Expr::MetaSet { key: MetaKey::Mark, sreg: REG32_00 },
                     Field::CtMark => Expr::CtSet { key: CtKey::Mark, sreg: REG32_00 },
                     other => return Err(format!("cannot set {other:?}")),
+                });
+            }
+            Stmt::DnatMap { ipv6, key, map } => {
+                let (family, addr_len) = if *ipv6 { (wire::NFPROTO_IPV6, 16) } else { (wire::NFPROTO_IPV4, 4) };
+                if self.l.family != wire::NFPROTO_INET && self.l.family != family {
+                    return Err(format!("dnat from map {map} in a table of another family"));
+                }
+                // The map's data (`addr . inet_service`) lands where the key was loaded:
+                // the address in the first registers, the port in the next one.
+                self.load(key)?;
+                self.exprs.push(Expr::Lookup {
+                    set: map.clone(),
+                    set_id: None,
+                    sreg: REG32_00,
+                    dreg: Some(REG32_00),
+                    invert: false,
+                });
+                self.exprs.push(Expr::Dnat {
+                    family,
+                    addr_reg: Some(REG32_00),
+                    proto_reg: Some(REG32_00 + addr_len / 4),
                 });
             }
             Stmt::Dnat { addr, port } => {

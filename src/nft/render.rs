@@ -60,20 +60,27 @@ fn datatype_name(t: DataType) -> &'static str {
         DataType::InetProto => "inet_proto",
         DataType::InetService => "inet_service",
         DataType::Mark => "mark",
+        DataType::Integer => "integer",
         DataType::Verdict => "verdict",
     }
 }
 
 fn render_set<'a>(out: &mut String, set: &Set, elements: impl Iterator<Item = &'a Element>) {
-    let keyword = if set.data.is_some() { "map" } else { "set" };
+    let keyword = if set.data.is_empty() { "set" } else { "map" };
     let _ = writeln!(out, "\t{keyword} {} {{", set.name);
-    let key = set.key.iter().map(|t| datatype_name(*t)).collect::<Vec<_>>().join(" . ");
-    match set.data {
-        Some(d) => {
-            let _ = writeln!(out, "\t\ttype {key} : {}", datatype_name(d));
+    let types = |ts: &[DataType]| ts.iter().map(|t| datatype_name(*t)).collect::<Vec<_>>().join(" . ");
+    match (&set.typeof_key, &set.typeof_data) {
+        (Some(k), Some(d)) => {
+            let _ = writeln!(out, "\t\ttypeof {} : {}", field(k), field(d));
         }
-        None => {
-            let _ = writeln!(out, "\t\ttype {key}");
+        (Some(k), None) => {
+            let _ = writeln!(out, "\t\ttypeof {}", field(k));
+        }
+        _ if set.data.is_empty() => {
+            let _ = writeln!(out, "\t\ttype {}", types(&set.key));
+        }
+        _ => {
+            let _ = writeln!(out, "\t\ttype {} : {}", types(&set.key), types(&set.data));
         }
     }
     // nft prints the flags in this order whatever order they were given in.
@@ -120,8 +127,8 @@ fn element(e: &Element) -> String {
         Some(ElementData::Verdict(v)) => {
             let _ = write!(s, " : {}", verdict(v));
         }
-        Some(ElementData::Value(v)) => {
-            let _ = write!(s, " : {}", value(v));
+        Some(ElementData::Values(v)) => {
+            let _ = write!(s, " : {}", v.iter().map(value).collect::<Vec<_>>().join(" . "));
         }
         None => {}
     }
@@ -238,6 +245,7 @@ pub fn value(v: &Value) -> String {
         Value::Proto(p) => proto_name(*p),
         Value::Port(p) => p.to_string(),
         Value::Mark(m) => format!("0x{m:08x}"),
+        Value::Int(n) => n.to_string(),
     }
 }
 
@@ -376,6 +384,9 @@ fn stmt(s: &Stmt) -> String {
         Stmt::MarkAndNot { field: f, bits } => {
             let n = field(f);
             format!("{n} set {n} & 0x{:08x}", !bits)
+        }
+        Stmt::DnatMap { ipv6, key, map } => {
+            format!("dnat {} to {} map @{map}", if *ipv6 { "ip6" } else { "ip" }, field(key))
         }
         Stmt::Dnat { addr, port } => match (addr, port) {
             (IpAddr::V4(a), Some(p)) => format!("dnat ip to {a}:{p}"),

@@ -237,61 +237,6 @@ pub async fn delete_table(sock: &mut NftSocket, family: Family, name: &str) -> R
     }
 }
 
-/// What the daemon holds: a socket and the ruleset last committed through it.
-/// `apply` is partial when the kernel is known to hold the last applied
-/// ruleset, and a full replacement at start, after any failed transaction and
-/// after [`Syncer::invalidate`] (someone else changed our table).
-pub struct Syncer {
-    sock: NftSocket,
-    applied: Option<Ruleset>,
-}
-
-impl Syncer {
-    pub fn new() -> Result<Self, NftError> {
-        Ok(Syncer { sock: NftSocket::new()?, applied: None })
-    }
-
-    /// The netlink port of our commits (see [`super::EventStream::ignore_socket`]).
-    pub fn socket(&self) -> &NftSocket {
-        &self.sock
-    }
-
-    /// The ruleset the kernel holds, as far as we know.
-    pub fn applied(&self) -> Option<&Ruleset> {
-        self.applied.as_ref()
-    }
-
-    /// Forgets what the kernel holds: the next `apply` replaces the table.
-    pub fn invalidate(&mut self) {
-        self.applied = None;
-    }
-
-    pub async fn apply(&mut self, desired: Ruleset) -> Result<SyncReport, NftError> {
-        let result = match self.applied.take() {
-            Some(prev) => partial_sync(&mut self.sock, &prev, &desired).await,
-            None => full_sync(&mut self.sock, &desired).await,
-        };
-        if result.is_ok() {
-            self.applied = Some(desired);
-        }
-        result
-    }
-
-    /// Lists the table and compares it with what we applied (drift; empty when in sync).
-    pub async fn verify(&mut self) -> Result<Vec<String>, NftError> {
-        match &self.applied {
-            Some(r) => super::list::verify(&mut self.sock, r).await,
-            None => Ok(vec!["nothing applied yet".into()]),
-        }
-    }
-
-    /// `nodeportd --cleanup`: deletes the table; absent is success.
-    pub async fn delete_table(&mut self, family: Family, name: &str) -> Result<bool, NftError> {
-        self.applied = None;
-        delete_table(&mut self.sock, family, name).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -121,7 +121,9 @@ pub fn ruleset(n: usize, eps: usize) -> Ruleset {
         sets: vec![Set {
             name: "service-ips".into(),
             key: vec![DataType::Ipv4Addr, DataType::InetProto, DataType::InetService],
-            data: Some(DataType::Verdict),
+            data: vec![DataType::Verdict],
+            typeof_key: None,
+            typeof_data: None,
             flags: SetFlags::default(),
             timeout: None,
             comment: Some("ClusterIP, external IP and LoadBalancer IP traffic".into()),

@@ -386,6 +386,12 @@ impl Registry {
             .ok_or_else(|| ApiError::not_found("services", name))
     }
 
+    /// Every service, by reference, sorted by namespace and name (no copies: a full
+    /// rebuild or recheck walks them all).
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.services.values()
+    }
+
     /// Sorted by namespace, then name; every namespace when `ns` is `None`.
     pub fn list_services(&self, ns: Option<&str>) -> Vec<Service> {
         self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| s.clone()).collect()

@@ -1,0 +1,343 @@
+//! The planner: keeps what the table holds per service and turns a batch of changed
+//! services into what the kernel must be told. Pure (no I/O, no daemon state): the
+//! caller hands it the services that changed, with their backends, and applies the
+//! [`Change`] it returns.
+//!
+//! A change costs O(changed services): only their pieces are rebuilt, and the
+//! transaction is the difference between two small rulesets, the skeleton and the
+//! changed services' pieces before and after. Elements several services share
+//! (`hairpin-*`) and the endpoint counts in use (the skeleton's `service-*-kN` sets and
+//! rules) are reference-counted so that one service letting go of them does not remove
+//! them from under another.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use crate::conntrack::UdpFlowFilter;
+use crate::model::{Backend, Protocol, Service, ServiceType};
+use crate::nft::ir::{Element, Ruleset};
+use crate::nft::sync::Part;
+
+use super::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
+use super::claims::{self, Claims};
+use super::names::IpFamily;
+
+/// A service by namespace and name.
+pub type Key = (String, String);
+
+/// A service and its backends per port name, owned (sent to the data plane worker).
+#[derive(Debug, Clone)]
+pub struct OwnedService {
+    pub service: Service,
+    /// Backends per service port, keyed by the port's name (`""` for an unnamed port).
+    pub backends: BTreeMap<String, Vec<Backend>>,
+}
+
+/// What one plan asks of the kernel.
+#[derive(Debug)]
+pub enum Change {
+    /// Everything was rebuilt: make the kernel's table equal to [`Planner::skeleton`] plus
+    /// [`Planner::parts`] (by difference when the table exists, else by creating it).
+    Full,
+    /// Only the changed services and the fixed part, before and after: the diff of these
+    /// small rulesets is the transaction.
+    Partial { before: Box<Ruleset>, after: Box<Ruleset> },
+}
+
+/// A planned change and the UDP conntrack entries it leaves pointing nowhere.
+#[derive(Debug)]
+pub struct Planned {
+    pub change: Change,
+    pub stale_udp: Vec<UdpFlowFilter>,
+    /// Services that waited for a key this change released: the caller sends them in
+    /// the next batch so that they claim it.
+    pub waiters: Vec<Key>,
+}
+
+/// A UDP service port as the kernel sees it, to find conntrack entries that
+/// outlive an endpoint or a service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct UdpPort {
+    fronts: Vec<IpAddr>,
+    port: u16,
+    node_port: Option<u16>,
+    endpoints: BTreeSet<(IpAddr, u16)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Planner {
+    pieces: BTreeMap<Key, ServicePieces>,
+    /// Who holds each destination (`pieces` are what remains after the claims).
+    claims: Claims<Key>,
+    /// How many services add each shared element, by (set, key).
+    shared: HashMap<(String, Element), u32>,
+    /// How many destinations use each (family, endpoint count).
+    counts: BTreeMap<(IpFamily, u32), u32>,
+    udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
+    /// The fixed part of the table as last planned (node addresses live here).
+    skeleton: Option<Ruleset>,
+}
+
+fn udp_ports(svc: &OwnedService) -> BTreeMap<String, UdpPort> {
+    let s = &svc.service;
+    if s.service_type() == ServiceType::ExternalName {
+        return BTreeMap::new();
+    }
+    let mut fronts: Vec<IpAddr> = s.spec.cluster_ips.iter().filter_map(|s| s.parse().ok()).collect();
+    fronts.extend(s.spec.external_ips.iter().filter_map(|s| s.parse::<IpAddr>().ok()));
+    if let Some(st) = &s.status {
+        fronts.extend(st.load_balancer.ingress.iter().filter_map(|i| i.ip.as_deref()?.parse::<IpAddr>().ok()));
+    }
+    s.spec
+        .ports
+        .iter()
+        .filter(|p| p.proto() == Protocol::Udp)
+        .filter_map(|p| {
+            let key = p.name.clone().unwrap_or_default();
+            let port = u16::try_from(p.port).ok()?;
+            let node_port = p.node_port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n != 0);
+            let endpoints = svc
+                .backends
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .filter(|b| b.ready || b.serving)
+                .map(|b| (b.ip, b.port))
+                .collect();
+            Some((key, UdpPort { fronts: fronts.clone(), port, node_port, endpoints }))
+        })
+        .collect()
+}
+
+/// Filters for the UDP flows that a change leaves pointing nowhere (as kube-proxy
+/// clears them): a removed service port loses every flow to it; a removed endpoint
+/// loses the flows DNAT'd to it.
+fn stale_udp(old: &BTreeMap<String, UdpPort>, new: &BTreeMap<String, UdpPort>) -> Vec<UdpFlowFilter> {
+    let mut out = Vec::new();
+    for (name, o) in old {
+        match new.get(name) {
+            Some(n) if n.port == o.port && n.fronts == o.fronts && n.node_port == o.node_port => {
+                for (ip, port) in o.endpoints.difference(&n.endpoints) {
+                    for f in &o.fronts {
+                        out.push(UdpFlowFilter::endpoint_of_service(*f, o.port, *ip, Some(*port)));
+                    }
+                    if let Some(np) = o.node_port {
+                        out.push(UdpFlowFilter::endpoint_of_node_port(np, *ip, Some(*port)));
+                    }
+                }
+            }
+            _ => {
+                for f in &o.fronts {
+                    out.push(UdpFlowFilter::service(*f, o.port));
+                }
+                if let Some(np) = o.node_port {
+                    out.push(UdpFlowFilter::node_port(np));
+                }
+            }
+        }
+    }
+    out
+}
+
+impl Planner {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Plans a batch: `changed` are the services to rebuild (`None`: gone). With `full`,
+    /// `changed` must hold every service, and everything is rebuilt.
+    pub fn plan(&mut self, node: &Input, changed: Vec<(Key, Option<OwnedService>)>, full: bool) -> Planned {
+        let full = full || self.skeleton.is_none();
+        let mut waiters_out = Vec::new();
+        let mut changed: BTreeMap<Key, Option<OwnedService>> = changed.into_iter().collect();
+        if full {
+            for k in self.pieces.keys() {
+                changed.entry(k.clone()).or_insert(None);
+            }
+            self.claims.clear();
+            self.shared.clear();
+            self.counts.clear();
+        } else {
+            // What the changed services held is free again; services that waited for it
+            // (rare: contested externalIPs / LoadBalancer IPs) claim it in the next batch.
+            let mut waiters = BTreeSet::new();
+            for key in changed.keys() {
+                if let Some(old) = self.pieces.get(key) {
+                    waiters.extend(self.claims.release(key, old).into_iter().filter(|w| !changed.contains_key(w)));
+                }
+            }
+            // The caller sends the waiters in the next batch (it holds their objects).
+            waiters_out = waiters.into_iter().collect();
+        }
+        // Gone services first, then the oldest: a contested key goes to the oldest claimant.
+        let mut order: Vec<(Key, Option<OwnedService>)> = changed.into_iter().collect();
+        order.sort_by(|(ka, a), (kb, b)| {
+            let pa = a.as_ref().map(|s| claims::precedence(&s.service));
+            let pb = b.as_ref().map(|s| claims::precedence(&s.service));
+            pa.cmp(&pb).then_with(|| ka.cmp(kb))
+        });
+
+        let mut before_parts = Vec::new();
+        let mut after_parts = Vec::new();
+        let mut shared_gone = Vec::new();
+        let mut shared_new = Vec::new();
+        let mut stale = Vec::new();
+        for (key, svc) in order {
+            let new_udp = svc.as_ref().map(udp_ports).unwrap_or_default();
+            let old_udp = self.udp.remove(&key);
+            if let Some(old_udp) = &old_udp {
+                stale.extend(stale_udp(old_udp, &new_udp));
+            }
+            let old = self.pieces.remove(&key);
+            if let Some(old) = &old {
+                if !full {
+                    self.forget(old, &mut shared_gone);
+                }
+            }
+            if let Some(mut svc) = svc {
+                let backends = std::mem::take(&mut svc.backends);
+                let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
+                self.claims.claim(&key, &mut pieces);
+                self.remember(&pieces, &mut shared_new);
+                if !full {
+                    after_parts.push(pieces.clone());
+                }
+                self.pieces.insert(key.clone(), pieces);
+                self.udp.insert(key, new_udp);
+            }
+            if let (false, Some(old)) = (full, old) {
+                before_parts.push(old);
+            }
+        }
+        let counts: BTreeSet<(IpFamily, u32)> = self.counts.keys().copied().collect();
+        let skeleton = build_skeleton(node, &counts);
+        let change = if full {
+            Change::Full
+        } else {
+            let mut before = self.skeleton.take().unwrap_or_default();
+            let mut after = skeleton.clone();
+            // Shared elements go by their counts below, not with each service.
+            for mut p in before_parts {
+                p.shared.clear();
+                p.merge_into(&mut before);
+            }
+            for mut p in after_parts {
+                p.shared.clear();
+                p.merge_into(&mut after);
+            }
+            // Shared elements: only their first addition and their last removal count.
+            push_elements(&mut before, shared_gone);
+            push_elements(&mut after, shared_new);
+            Change::Partial { before: Box::new(before), after: Box::new(after) }
+        };
+        self.skeleton = Some(skeleton);
+        Planned { change, stale_udp: stale, waiters: waiters_out }
+    }
+
+    /// Counts what `pieces` use; elements that became present go to `added`.
+    fn remember(&mut self, pieces: &ServicePieces, added: &mut Vec<(String, Element)>) {
+        for c in pieces.endpoint_counts() {
+            *self.counts.entry(c).or_insert(0) += 1;
+        }
+        for (set, el) in &pieces.shared {
+            let n = self.shared.entry((set.clone(), el.clone())).or_insert(0);
+            *n += 1;
+            if *n == 1 {
+                added.push((set.clone(), el.clone()));
+            }
+        }
+    }
+
+    /// Uncounts what `pieces` used; elements nobody uses any more go to `gone`.
+    fn forget(&mut self, pieces: &ServicePieces, gone: &mut Vec<(String, Element)>) {
+        for c in pieces.endpoint_counts() {
+            if let Some(n) = self.counts.get_mut(&c) {
+                *n -= 1;
+                if *n == 0 {
+                    self.counts.remove(&c);
+                }
+            }
+        }
+        for (set, el) in &pieces.shared {
+            let k = (set.clone(), el.clone());
+            if let Some(n) = self.shared.get_mut(&k) {
+                *n -= 1;
+                if *n == 0 {
+                    self.shared.remove(&k);
+                    gone.push(k);
+                }
+            }
+        }
+    }
+
+    /// The fixed part of the table as last planned.
+    pub fn skeleton(&self) -> Option<&Ruleset> {
+        self.skeleton.as_ref()
+    }
+
+    /// Every service's objects, borrowed, for a full sync or a comparison with the kernel.
+    /// The shared elements come last, once each.
+    pub fn parts(&self) -> (Vec<Part<'_>>, Vec<(String, Element)>) {
+        let parts =
+            self.pieces.values().map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &p.elements }).collect();
+        let mut shared: Vec<(String, Element)> = self.shared.keys().cloned().collect();
+        shared.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        (parts, shared)
+    }
+
+    /// The whole desired table as one value (`--dry-run`, tests).
+    pub fn assemble(&self) -> Ruleset {
+        let mut rs = self.skeleton.clone().unwrap_or_default();
+        for p in self.pieces.values() {
+            p.clone().merge_into(&mut rs);
+        }
+        push_elements(&mut rs, self.parts().1);
+        for (_, els) in &mut rs.elements {
+            els.sort_by(|a, b| a.key.cmp(&b.key));
+            els.dedup();
+        }
+        rs
+    }
+
+    /// `SERVICE: KEY in MAP is held by OTHER`, for every withheld element.
+    pub fn conflicts(&self) -> Vec<String> {
+        self.claims
+            .conflicts()
+            .flat_map(|(k, cs)| {
+                cs.iter()
+                    .map(move |c| format!("{}/{}: {}", k.0, k.1, c.describe(&format!("{}/{}", c.holder.0, c.holder.1))))
+            })
+            .collect()
+    }
+
+    /// How many services the table holds.
+    pub fn services(&self) -> usize {
+        self.pieces.len()
+    }
+}
+
+/// The whole desired table for `input`'s services, as the daemon would program it
+/// (the same planner; `--dry-run`, the golden files and tests use it).
+pub fn build(input: &Input) -> Ruleset {
+    let node = Input { services: Vec::new(), ..input.clone() };
+    let all = input
+        .services
+        .iter()
+        .map(|s| {
+            let key = (s.service.namespace().to_string(), s.service.name().to_string());
+            (key, Some(OwnedService { service: s.service.clone(), backends: s.backends.clone() }))
+        })
+        .collect();
+    let mut p = Planner::new();
+    p.plan(&node, all, true);
+    p.assemble()
+}
+
+fn push_elements(rs: &mut Ruleset, els: Vec<(String, Element)>) {
+    for (set, el) in els {
+        match rs.elements.iter_mut().find(|(n, _)| *n == set) {
+            Some((_, v)) => v.push(el),
+            None => rs.elements.push((set, vec![el])),
+        }
+    }
+}
