@@ -51,7 +51,9 @@ fn cpu(children: bool) -> Duration {
     let who = if children { libc::RUSAGE_CHILDREN } else { libc::RUSAGE_SELF };
     // SAFETY: `ru` is a live, writable rusage.
     unsafe { libc::getrusage(who, &mut ru) };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    let tv = |t: libc::timeval| {
+        Duration::new(u64::try_from(t.tv_sec).unwrap_or(0), u32::try_from(t.tv_usec).unwrap_or(0) * 1000)
+    };
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 

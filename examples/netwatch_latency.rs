@@ -39,16 +39,17 @@ async fn until(rx: &mut watch::Receiver<NodeAddresses>, pred: impl Fn(&NodeAddre
 
 fn report(name: &str, mut v: Vec<Duration>) {
     v.sort();
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1000.0;
+    // The quantile (in per mille) by nearest rank, in integer arithmetic.
+    let p = |permille: usize| v[((v.len() - 1) * permille + 500) / 1000].as_secs_f64() * 1000.0;
     let mean = v.iter().map(|d| d.as_secs_f64()).sum::<f64>() / v.len() as f64 * 1000.0;
     println!(
         "| {name} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
         v.len(),
-        p(0.0),
-        p(0.5),
-        p(0.9),
-        p(0.99),
-        p(1.0),
+        p(0),
+        p(500),
+        p(900),
+        p(990),
+        p(1000),
         mean
     );
 }
@@ -106,7 +107,7 @@ async fn run(rounds: usize) -> Res<Samples> {
     let link =
         handle.link().get().match_name("eth0").execute().try_next().await.map_err(e("link get"))?.ok_or("no eth0")?;
     let idx = link.header.index;
-    let ip = |i: usize| IpAddr::V4(Ipv4Addr::new(198, 18, 5, (i % 250 + 1) as u8));
+    let ip = |i: usize| IpAddr::V4(Ipv4Addr::new(198, 18, 5, u8::try_from(i % 250 + 1).unwrap_or(1)));
     let has = |a: IpAddr| move |s: &NodeAddresses| s.all().any(|x| x == a);
 
     let (mut add, mut del, mut renew) = (Vec::new(), Vec::new(), Vec::new());
@@ -129,7 +130,7 @@ async fn run(rounds: usize) -> Res<Samples> {
     handle.address().add(idx, old, 24).execute().await.map_err(e("add"))?;
     until(&mut rx, has(old)).await?;
     for i in 0..rounds {
-        let new = IpAddr::V4(Ipv4Addr::new(198, 18, 6, (i % 200 + 1) as u8));
+        let new = IpAddr::V4(Ipv4Addr::new(198, 18, 6, u8::try_from(i % 200 + 1).unwrap_or(1)));
         let t = Instant::now();
         handle.address().add(idx, new, 24).execute().await.map_err(e("add"))?;
         let mut req = handle.address().get().set_address_filter(old).execute();

@@ -4,7 +4,14 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let mut args: Vec<String> = std::env::args().collect();
+    // `args_os`: an argument that is not UTF-8 is an error message, not a panic.
+    let mut args = match nodeportd::utf8_args(std::env::args_os()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let argv0 = args.first().cloned().unwrap_or_default();
     let name = std::path::Path::new(&argv0).file_name().and_then(|n| n.to_str()).unwrap_or("nodeportd").to_string();
     if name.starts_with("nodeportctl") {

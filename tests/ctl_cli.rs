@@ -37,11 +37,34 @@ fn answer(method: &str, params: &Value) -> Value {
         }
         "service.delete" => ok(json!({"object": {}})),
         "status" => ok(json!({"version": "0.1.0", "node": {"name": "edge-1", "addresses": ["198.18.0.1"]}})),
+        // Only the "batch" socket (see `serve_batch`) knows objects.apply.
+        "objects.apply" if params["batch_peer"] == true => {
+            let results: Vec<Value> = params["objects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    let m = if o["kind"] == "Service" { "service.apply" } else { "endpoints.apply" };
+                    let r = answer(m, &json!({"object": o}));
+                    r.get("result").cloned().unwrap_or_else(|| json!({"error": r["error"]}))
+                })
+                .collect();
+            ok(json!({ "results": results }))
+        }
         _ => json!({"error": {"code": -32601, "message": "Method not found"}}),
     }
 }
 
 fn serve(path: &Path) -> Log {
+    serve_with(path, false)
+}
+
+/// A peer that also answers `objects.apply`, one result per object.
+fn serve_batch(path: &Path) -> Log {
+    serve_with(path, true)
+}
+
+fn serve_with(path: &Path, batch_peer: bool) -> Log {
     let listener = UnixListener::bind(path).expect("bind test socket");
     let log: Log = Arc::default();
     let l2 = log.clone();
@@ -57,7 +80,11 @@ fn serve(path: &Path) -> Log {
                     assert_eq!(req["jsonrpc"], "2.0");
                     let method = req["method"].as_str().unwrap_or("").to_string();
                     log.lock().unwrap().push((conn, method.clone(), req["params"].clone()));
-                    let mut resp = answer(&method, &req["params"]);
+                    let mut params = req["params"].clone();
+                    if batch_peer {
+                        params["batch_peer"] = json!(true);
+                    }
+                    let mut resp = answer(&method, &params);
                     resp["jsonrpc"] = json!("2.0");
                     resp["id"] = req["id"].clone();
                     if writeln!(w, "{resp}").is_err() {
@@ -102,10 +129,49 @@ fn apply_list_sends_each_object_on_one_connection() {
     );
     let log = log.lock().unwrap();
     let methods: Vec<&str> = log.iter().map(|(_, m, _)| m.as_str()).collect();
-    assert_eq!(methods, ["service.apply", "endpoints.apply", "endpoints.apply"]);
+    // The batch call first; this peer does not know it, so one call per object follows.
+    assert_eq!(methods, ["objects.apply", "service.apply", "endpoints.apply", "endpoints.apply"]);
     assert!(log.iter().all(|(c, _, _)| *c == 0), "one connection for the whole file");
-    assert_eq!(log[2].2["object"]["kind"], "EndpointSlice");
-    assert_eq!(log[0].2["object"]["spec"]["ports"][0]["nodePort"], 30086);
+    assert_eq!(log[3].2["object"]["kind"], "EndpointSlice");
+    assert_eq!(log[1].2["object"]["spec"]["ports"][0]["nodePort"], 30086);
+}
+
+/// Issue 11 item 4: a List is one request (`objects.apply`), and what is printed, per
+/// object, is what one call per object prints, refusals included.
+#[test]
+fn apply_list_is_one_request_with_per_object_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("s.sock");
+    let log = serve_batch(&sock);
+    let out = ctl(&sock, &["apply", "-f", fixture("list-server.json").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "service/default/web created\nendpoints/default/web unchanged\nendpointslice/default/web-x7k2p unchanged\n"
+    );
+    {
+        let log = log.lock().unwrap();
+        let methods: Vec<&str> = log.iter().map(|(_, m, _)| m.as_str()).collect();
+        assert_eq!(methods, ["objects.apply"]);
+        let objs = log[0].2["objects"].as_array().unwrap();
+        assert_eq!(objs.len(), 3);
+        assert_eq!(objs[2]["kind"], "EndpointSlice");
+        assert_eq!(objs[0]["spec"]["ports"][0]["nodePort"], 30086);
+    }
+    // A refused object in the batch: printed like a refused single call, exit 1.
+    let file = dir.path().join("two.json");
+    let svc = |name: &str| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});
+    std::fs::write(
+        &file,
+        json!({"apiVersion": "v1", "kind": "List", "items": [svc("broken"), svc("fine")]}).to_string(),
+    )
+    .unwrap();
+    let out = ctl(&sock, &["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "service/default/fine created\n");
+    let err = text(&out.stderr);
+    assert!(err.contains("Error from server (Invalid): Service \"broken\" is invalid"), "{err}");
+    assert!(err.contains("1 object(s)"), "{err}");
 }
 
 #[test]
@@ -219,4 +285,38 @@ fn no_daemon_is_a_clear_error() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("cannot connect to nodeportd at") && err.contains("absent.sock"), "{err}");
+}
+
+/// Odd arguments get a usage error (exit 2), never a panic: multi-byte characters right
+/// after a dash, and arguments that are not UTF-8 at all.
+#[test]
+fn odd_arguments_are_errors_not_panics() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("none.sock");
+    let cases: Vec<Vec<&OsStr>> = vec![
+        vec![OsStr::new("-é")],
+        vec![OsStr::new("-😀")],
+        vec![OsStr::new("status"), OsStr::new("-é")],
+        vec![OsStr::new("get"), OsStr::from_bytes(b"\xff\xfe")],
+        vec![OsStr::from_bytes(b"-\xc3")],
+    ];
+    for args in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_nodeportd"))
+            .arg("ctl")
+            .arg("--socket")
+            .arg(&sock)
+            .args(&args)
+            .output()
+            .expect("run nodeportctl");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(err.contains("error:"), "{args:?}: {err}");
+    }
+    // The daemon's own command line too.
+    let out = Command::new(env!("CARGO_BIN_EXE_nodeportd")).arg(OsStr::from_bytes(b"--config=\xff")).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("panicked"));
 }

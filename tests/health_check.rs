@@ -7,7 +7,7 @@
 //!       2001:db8:1::2             198.18.1.9                  (not selected)
 //! ```
 //! Needs root, iproute2, nft, curl and python3; without root (or network namespaces)
-//! the test says so and passes, unless NODEPORTD_REQUIRE_NETNS is set. Namespaces are named `nphc<pid>…`
+//! the test says so and passes, unless NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set. Namespaces are named `nphc<pid>…`
 //! and removed on drop, also when the test fails.
 
 use std::path::Path;
@@ -21,7 +21,7 @@ const NODE: &str = "nphc-router";
 const PREFIX: &str = "nphc";
 
 /// Root with network namespaces and nft, or the test skips (unless
-/// NODEPORTD_REQUIRE_NETNS is set). Where it can run, a missing curl, ss or python3 is a
+/// NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set). Where it can run, a missing curl, ss or python3 is a
 /// failure, not a silent skip.
 fn available() -> bool {
     let ok =
@@ -29,8 +29,9 @@ fn available() -> bool {
     let usable = ok("unshare", &["--net", "true"]) && ok("ip", &["-V"]) && ok("nft", &["--version"]);
     if !usable {
         assert!(
-            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none(),
-            "NODEPORTD_REQUIRE_NETNS is set but root, ip or nft is missing"
+            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none()
+                && std::env::var_os("NODEPORTD_REQUIRE_ROOT").is_none(),
+            "NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set but root, ip or nft is missing"
         );
         eprintln!("skipped: needs root, iproute2 and nft");
         return false;
@@ -240,7 +241,8 @@ fn health_check_node_port_answers_like_kube_proxy() {
     ctl(&format!("apply -f {}", p("o.json")), Some(&service("web", "198.18.3.50", None)));
     ctl(&format!("apply -f {}", p("o.json")), Some(&slice("web", [NODE, "other-node"])));
     let stored: Value = serde_json::from_str(&ctl("get svc web -n default -o json", None)).unwrap();
-    let port = stored["spec"]["healthCheckNodePort"].as_u64().expect("an allocated healthCheckNodePort") as u16;
+    let port = u16::try_from(stored["spec"]["healthCheckNodePort"].as_u64().expect("an allocated healthCheckNodePort"))
+        .expect("a port number");
     net.wait_for("the health check listener", Duration::from_secs(5), || net.listening(port));
 
     // One local endpoint of two: 200, weight 1, kube-proxy's body.

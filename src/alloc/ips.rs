@@ -69,7 +69,8 @@ impl IpAllocator {
     fn addr(&self, off: u64) -> IpAddr {
         let n = self.base + u128::from(off);
         match self.net {
-            IpNet::V4(_) => IpAddr::V4(Ipv4Addr::from(n as u32)),
+            // Offsets stay inside the net, so a v4 address fits (saturate rather than wrap).
+            IpNet::V4(_) => IpAddr::V4(Ipv4Addr::from(u32::try_from(n).unwrap_or(u32::MAX))),
             IpNet::V6(_) => IpAddr::V6(Ipv6Addr::from(n)),
         }
     }

@@ -36,7 +36,7 @@ impl PortAllocator {
 
     fn port(&self, off: u64) -> u16 {
         // Offsets come from a bitmap of `range.size()` bits, so this fits.
-        self.range.first + off as u16
+        self.range.first.saturating_add(u16::try_from(off).unwrap_or(u16::MAX))
     }
 
     /// A dynamic port: upper band first, random start.

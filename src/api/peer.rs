@@ -13,7 +13,9 @@ pub struct PeerCred {
 
 pub fn peer_cred(sock: &impl AsRawFd) -> std::io::Result<PeerCred> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let Ok(mut len) = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()) else {
+        return Err(std::io::Error::other("struct ucred does not fit socklen_t"));
+    };
     // SAFETY: `cred` is a valid, writable ucred and `len` holds its exact size, as
     // getsockopt(SO_PEERCRED) requires; the fd is owned by `sock` for the whole call.
     let rc = unsafe {
@@ -61,10 +63,17 @@ fn proc_groups(pid: i32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Root may always talk to the daemon; others only with `socket_group` as their
-/// primary or a supplementary group.
-pub fn authorized(cred: &PeerCred, group: Option<u32>) -> bool {
-    if cred.uid == 0 {
+/// The effective uid of this process: the daemon's own user.
+pub fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Who may talk to the daemon: root, the user the daemon runs as (`own_uid`: the
+/// README's quick start runs both as one normal user), and members of `socket_group`
+/// (primary or supplementary group).
+pub fn authorized(cred: &PeerCred, group: Option<u32>, own_uid: u32) -> bool {
+    if cred.uid == 0 || cred.uid == own_uid {
         return true;
     }
     match group {
@@ -86,12 +95,18 @@ mod tests {
     }
 
     #[test]
-    fn root_is_always_authorized_others_need_the_group() {
+    fn root_and_the_daemons_own_user_are_authorized_others_need_the_group() {
         let me = std::process::id() as i32;
-        assert!(authorized(&PeerCred { pid: me, uid: 0, gid: 0 }, None));
-        assert!(!authorized(&PeerCred { pid: me, uid: 1000, gid: 1000 }, None));
-        assert!(authorized(&PeerCred { pid: me, uid: 1000, gid: 450 }, Some(450)));
-        assert!(!authorized(&PeerCred { pid: i32::MAX, uid: 1000, gid: 1000 }, Some(450)));
+        // The daemon runs as root.
+        assert!(authorized(&PeerCred { pid: me, uid: 0, gid: 0 }, None, 0));
+        assert!(!authorized(&PeerCred { pid: me, uid: 1000, gid: 1000 }, None, 0));
+        assert!(authorized(&PeerCred { pid: me, uid: 1000, gid: 450 }, Some(450), 0));
+        assert!(!authorized(&PeerCred { pid: i32::MAX, uid: 1000, gid: 1000 }, Some(450), 0));
+        // The daemon runs as uid 1000 (the quick start): its own user, and root, may.
+        assert!(authorized(&PeerCred { pid: me, uid: 1000, gid: 1000 }, None, 1000));
+        assert!(authorized(&PeerCred { pid: me, uid: 0, gid: 0 }, None, 1000));
+        assert!(!authorized(&PeerCred { pid: i32::MAX, uid: 1001, gid: 1001 }, None, 1000));
+        assert!(authorized(&PeerCred { pid: i32::MAX, uid: 1001, gid: 450 }, Some(450), 1000));
     }
 
     #[test]

@@ -1,28 +1,59 @@
 //! The Unix socket server: many connections, several requests each, bounded.
+//!
+//! Nobody can lock the others out (issue 12):
+//! * a new connection must send its first complete request within
+//!   `first_request_timeout`, and any connection is closed after `idle_timeout` without
+//!   a byte;
+//! * when `max_connections` are open, a newcomer evicts the longest-idle connection
+//!   (one not in the middle of a request) instead of being refused; the last slot is
+//!   kept for root, so a flood from one user can never shut root out;
+//! * a request line that passes `max_request_bytes` is answered at once (`TooLarge`),
+//!   without waiting for its newline; the rest of the line is discarded as it arrives,
+//!   each byte looked at once (no rescanning from the start of the line).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
+use futures::future::LocalBoxFuture;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use super::peer::{self, PeerCred};
 use super::rpc::{self, RpcError};
 use crate::model::Reason;
 
-/// What the server calls for each request; runs on the event loop's thread.
-pub type Handler = Rc<dyn Fn(&str, Value, &PeerCred) -> Result<Value, RpcError>>;
+/// The outcome of one call.
+pub type Reply = Result<Value, RpcError>;
+
+/// What the server calls for each request; runs on the event loop's thread. The future
+/// lets a call wait (for a durable write, say) while other connections are served.
+pub type Handler = Rc<dyn Fn(&str, Value, &PeerCred) -> LocalBoxFuture<'static, Reply>>;
+
+/// A handler whose every answer is ready at once.
+pub fn sync_handler(f: impl Fn(&str, Value, &PeerCred) -> Reply + 'static) -> Handler {
+    Rc::new(move |m: &str, p: Value, c: &PeerCred| {
+        let r = f(m, p, c);
+        Box::pin(async move { r }) as LocalBoxFuture<'static, Reply>
+    })
+}
+
+/// How long a new connection may take to send its first complete request.
+pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_request_bytes: usize,
     pub max_connections: usize,
     pub idle_timeout: Duration,
+    pub first_request_timeout: Duration,
 }
 
 /// Bind the socket: mode 0660, group `socket_group` when set. A stale socket file
@@ -50,11 +81,67 @@ pub fn bind(path: &Path, group: Option<u32>) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// One open connection as the accept loop sees it.
+struct Slot {
+    root: bool,
+    /// The last byte received or answer sent.
+    last_active: Cell<Instant>,
+    /// Between a complete request and the end of its answer: never evicted.
+    busy: Cell<bool>,
+    evict: Notify,
+}
+
+/// The open connections, by accept order.
+#[derive(Default)]
+struct Slots {
+    next: u64,
+    open: BTreeMap<u64, Rc<Slot>>,
+}
+
+/// What to do with a newcomer when the table is full (pure; `serve` acts on it).
+#[derive(Debug, PartialEq, Eq)]
+enum Admit {
+    Yes,
+    /// Yes, after closing this (longest-idle) connection.
+    Evict(u64),
+    No,
+}
+
+/// Root may use every slot; others all but the last one (at least one).
+fn admit(open: &[(u64, bool, bool, Instant)], newcomer_root: bool, max: usize) -> Admit {
+    let max = max.max(1);
+    let others_max = if max > 1 { max - 1 } else { 1 };
+    let total = open.len();
+    let others = open.iter().filter(|(_, root, _, _)| !root).count();
+    let full = total >= max || (!newcomer_root && others >= others_max);
+    if !full {
+        return Admit::Yes;
+    }
+    // A non-root newcomer may only displace a non-root connection: root's slot stays.
+    open.iter()
+        .filter(|(_, root, busy, _)| !busy && (newcomer_root || !root))
+        .min_by_key(|(id, _, _, last)| (*last, *id))
+        .map_or(Admit::No, |(id, _, _, _)| Admit::Evict(*id))
+}
+
+/// Removes a connection from the table when its task ends, however it ends.
+struct Leave {
+    slots: Rc<RefCell<Slots>>,
+    id: u64,
+}
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.slots.borrow_mut().open.remove(&self.id);
+    }
+}
+
 /// Accept connections forever. Must run inside a `LocalSet`.
 pub async fn serve(listener: UnixListener, handler: Handler, limits: Limits, group: Option<u32>) {
-    let active = Rc::new(Cell::new(0usize));
+    let slots: Rc<RefCell<Slots>> = Rc::default();
+    let own_uid = peer::own_uid();
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (mut stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
                 log::warn!("accept on the API socket failed: {e}");
@@ -62,45 +149,79 @@ pub async fn serve(listener: UnixListener, handler: Handler, limits: Limits, gro
                 continue;
             }
         };
-        let handler = handler.clone();
-        let limits = limits.clone();
-        let active = active.clone();
-        tokio::task::spawn_local(async move {
-            let cred = match peer::peer_cred(&stream) {
-                Ok(c) => c,
-                Err(e) => {
-                    log::warn!("SO_PEERCRED failed: {e}");
-                    return;
-                }
-            };
-            let mut stream = stream;
-            if !peer::authorized(&cred, group) {
-                log::warn!("refused API connection from uid {} gid {} pid {}", cred.uid, cred.gid, cred.pid);
-                let e = RpcError {
-                    code: Reason::Unauthorized.code(),
-                    message: format!(
-                        "uid {} is not allowed to use this socket (root or the socket_group only)",
-                        cred.uid
-                    ),
-                    reason: Some(Reason::Unauthorized.as_str()),
-                };
-                let _ = write_line(&mut stream, &rpc::response_err(Value::Null, &e)).await;
-                return;
+        let cred = match peer::peer_cred(&stream) {
+            Ok(c) => c,
+            Err(e) => {
+                log::warn!("SO_PEERCRED failed: {e}");
+                continue;
             }
-            if active.get() >= limits.max_connections {
+        };
+        if !peer::authorized(&cred, group, own_uid) {
+            log::warn!("refused API connection from uid {} gid {} pid {}", cred.uid, cred.gid, cred.pid);
+            let e = RpcError {
+                code: Reason::Unauthorized.code(),
+                message: format!(
+                    "uid {} is not allowed to use this socket (root, uid {own_uid} or the socket_group only)",
+                    cred.uid
+                ),
+                reason: Some(Reason::Unauthorized.as_str()),
+            };
+            tokio::task::spawn_local(async move {
+                let _ = write_line(&mut stream, &rpc::response_err(Value::Null, &e)).await;
+            });
+            continue;
+        }
+        let root = cred.uid == 0;
+        let decision = {
+            let s = slots.borrow();
+            let open: Vec<(u64, bool, bool, Instant)> =
+                s.open.iter().map(|(id, sl)| (*id, sl.root, sl.busy.get(), sl.last_active.get())).collect();
+            admit(&open, root, limits.max_connections)
+        };
+        match decision {
+            Admit::Yes => {}
+            Admit::Evict(id) => {
+                if let Some(victim) = slots.borrow_mut().open.remove(&id) {
+                    log::debug!("closing the longest-idle API connection to make room");
+                    victim.evict.notify_one();
+                }
+            }
+            Admit::No => {
                 let e = RpcError {
                     code: Reason::TooLarge.code(),
-                    message: format!("too many connections (max_connections = {})", limits.max_connections),
+                    message: format!(
+                        "too many connections (max_connections = {}), all of them busy",
+                        limits.max_connections
+                    ),
                     reason: Some(Reason::TooLarge.as_str()),
                 };
-                let _ = write_line(&mut stream, &rpc::response_err(Value::Null, &e)).await;
-                return;
+                tokio::task::spawn_local(async move {
+                    let _ = write_line(&mut stream, &rpc::response_err(Value::Null, &e)).await;
+                });
+                continue;
             }
-            active.set(active.get() + 1);
-            if let Err(e) = connection(stream, &handler, &limits, &cred).await {
+        }
+        let slot = Rc::new(Slot {
+            root,
+            last_active: Cell::new(Instant::now()),
+            busy: Cell::new(false),
+            evict: Notify::new(),
+        });
+        let id = {
+            let mut s = slots.borrow_mut();
+            let id = s.next;
+            s.next += 1;
+            s.open.insert(id, slot.clone());
+            id
+        };
+        let leave = Leave { slots: slots.clone(), id };
+        let handler = handler.clone();
+        let limits = limits.clone();
+        tokio::task::spawn_local(async move {
+            let _leave = leave;
+            if let Err(e) = connection(stream, &handler, &limits, &cred, &slot).await {
                 log::debug!("API connection from pid {} ended: {e}", cred.pid);
             }
-            active.set(active.get() - 1);
         });
     }
 }
@@ -111,44 +232,83 @@ async fn write_line(stream: &mut UnixStream, v: &Value) -> io::Result<()> {
     stream.write_all(&bytes).await
 }
 
-/// Serve one connection: read lines, answer each. A malformed or oversized line gets
-/// an error response and the connection stays usable.
-async fn connection(mut stream: UnixStream, handler: &Handler, limits: &Limits, cred: &PeerCred) -> io::Result<()> {
+/// Serve one connection: read lines, answer each in order. A malformed line gets an
+/// error response and the connection stays usable; so does an oversized one, which is
+/// answered as soon as it passes the limit.
+async fn connection(
+    mut stream: UnixStream,
+    handler: &Handler,
+    limits: &Limits,
+    cred: &PeerCred,
+    slot: &Slot,
+) -> io::Result<()> {
     let mut buf: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = vec![0u8; 16 * 1024];
-    // When a line grew past the limit: skip until its newline, then answer once.
+    // `buf[..scanned]` holds no newline: each byte is searched once.
+    let mut scanned = 0usize;
+    // Inside an oversized line that was already answered: drop bytes until its newline.
     let mut discarding = false;
+    let first_deadline = Instant::now() + limits.first_request_timeout;
+    let mut had_request = false;
     loop {
-        while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = buf.drain(..=pos).collect();
-            if discarding || line.len() > limits.max_request_bytes + 1 {
-                discarding = false;
-                let e = too_large(limits);
-                write_line(&mut stream, &rpc::response_err(Value::Null, &e)).await?;
+        let mut start = 0usize;
+        while let Some(off) = buf[scanned..].iter().position(|&b| b == b'\n') {
+            let end = scanned + off;
+            scanned = end + 1;
+            let was_discarding = std::mem::replace(&mut discarding, false);
+            let line_start = std::mem::replace(&mut start, scanned);
+            if was_discarding {
                 continue;
             }
-            if let Some(resp) = answer(&line[..line.len() - 1], handler, cred) {
+            had_request = true;
+            slot.busy.set(true);
+            let resp = if end - line_start > limits.max_request_bytes {
+                Some(rpc::response_err(Value::Null, &too_large(limits)))
+            } else {
+                answer(&buf[line_start..end], handler, cred).await
+            };
+            if let Some(resp) = resp {
                 write_line(&mut stream, &resp).await?;
             }
+            slot.busy.set(false);
+            slot.last_active.set(Instant::now());
         }
-        if buf.len() > limits.max_request_bytes {
-            discarding = true;
+        buf.drain(..start);
+        scanned -= start;
+        if discarding {
             buf.clear();
+            scanned = 0;
+        } else if buf.len() > limits.max_request_bytes {
+            // Answer now; the rest of the line is dropped as it arrives.
+            had_request = true;
+            write_line(&mut stream, &rpc::response_err(Value::Null, &too_large(limits))).await?;
+            discarding = true;
+            buf = Vec::with_capacity(4096);
+            scanned = 0;
         }
-        let n = match tokio::time::timeout(limits.idle_timeout, stream.read(&mut chunk)).await {
-            Ok(r) => r?,
-            Err(_) => return Ok(()), // idle: close quietly
+        let deadline = if had_request {
+            Instant::now() + limits.idle_timeout
+        } else {
+            first_deadline.min(Instant::now() + limits.idle_timeout)
+        };
+        let n = tokio::select! {
+            r = tokio::time::timeout_at(deadline, stream.read(&mut chunk)) => match r {
+                Ok(r) => r?,
+                Err(_) => return Ok(()), // idle, or no first request in time: close quietly
+            },
+            _ = slot.evict.notified() => return Ok(()),
         };
         if n == 0 {
             // EOF: a last request without a trailing newline still gets its answer.
             if !discarding && buf.iter().any(|b| !b.is_ascii_whitespace()) {
-                let line = std::mem::take(&mut buf);
-                if let Some(resp) = answer(&line, handler, cred) {
+                slot.busy.set(true);
+                if let Some(resp) = answer(&buf, handler, cred).await {
                     write_line(&mut stream, &resp).await?;
                 }
             }
             return Ok(());
         }
+        slot.last_active.set(Instant::now());
         buf.extend_from_slice(&chunk[..n]);
     }
 }
@@ -162,7 +322,7 @@ fn too_large(limits: &Limits) -> RpcError {
 }
 
 /// Answer one request line; `None` for notifications and blank lines.
-pub fn answer(line: &[u8], handler: &Handler, cred: &PeerCred) -> Option<Value> {
+pub async fn answer(line: &[u8], handler: &Handler, cred: &PeerCred) -> Option<Value> {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     if line.iter().all(|b| b.is_ascii_whitespace()) {
         return None;
@@ -170,7 +330,7 @@ pub fn answer(line: &[u8], handler: &Handler, cred: &PeerCred) -> Option<Value> 
     match rpc::parse_request(line) {
         Err((id, e)) => Some(rpc::response_err(id, &e)),
         Ok(req) => {
-            let result = handler(&req.method, req.params, cred);
+            let result = handler(&req.method, req.params, cred).await;
             let id = req.id?;
             Some(match result {
                 Ok(v) => rpc::response_ok(id, v),
@@ -191,52 +351,173 @@ mod tests {
     use serde_json::json;
 
     fn echo() -> Handler {
-        Rc::new(|m: &str, p: Value, _c: &PeerCred| match m {
+        sync_handler(|m: &str, p: Value, _c: &PeerCred| match m {
             "echo" => Ok(p),
             _ => Err(method_not_found(m)),
         })
     }
 
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, f)
+    }
+
+    fn limits(max_connections: usize) -> Limits {
+        Limits {
+            max_request_bytes: 1024,
+            max_connections,
+            idle_timeout: Duration::from_secs(30),
+            first_request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    async fn read_lines(s: &mut UnixStream, want: usize) -> Vec<Value> {
+        let mut got = Vec::new();
+        let mut lines: Vec<Vec<u8>> = Vec::new();
+        while lines.len() < want {
+            let mut b = [0u8; 4096];
+            let n = s.read(&mut b).await.unwrap();
+            assert!(n > 0, "server closed early: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&b[..n]);
+            lines = got.split(|&c| c == b'\n').filter(|l| !l.is_empty()).map(|l| l.to_vec()).collect();
+        }
+        lines.iter().map(|l| serde_json::from_slice(l).unwrap()).collect()
+    }
+
+    /// Whether the server closed the connection (EOF) within `within`.
+    async fn closed(s: &mut UnixStream, within: Duration) -> bool {
+        let mut b = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(within, s.read(&mut b)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    fn status_req(id: u32) -> String {
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"echo\",\"params\":{{\"n\":{id}}}}}\n")
+    }
+
     #[test]
     fn answers_and_notifications() {
-        let h = echo();
-        let c = PeerCred { pid: 1, uid: 0, gid: 0 };
-        let r = answer(br#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"a":1}}"#, &h, &c).unwrap();
-        assert_eq!(r["result"], json!({"a": 1}));
-        assert!(answer(br#"{"jsonrpc":"2.0","method":"echo"}"#, &h, &c).is_none());
-        let r = answer(br#"{"jsonrpc":"2.0","id":2,"method":"nope"}"#, &h, &c).unwrap();
-        assert_eq!(r["error"]["code"], rpc::METHOD_NOT_FOUND);
-        assert!(answer(b"   ", &h, &c).is_none());
+        block_on(async {
+            let h = echo();
+            let c = PeerCred { pid: 1, uid: 0, gid: 0 };
+            let r = answer(br#"{"jsonrpc":"2.0","id":1,"method":"echo","params":{"a":1}}"#, &h, &c).await.unwrap();
+            assert_eq!(r["result"], json!({"a": 1}));
+            assert!(answer(br#"{"jsonrpc":"2.0","method":"echo"}"#, &h, &c).await.is_none());
+            let r = answer(br#"{"jsonrpc":"2.0","id":2,"method":"nope"}"#, &h, &c).await.unwrap();
+            assert_eq!(r["error"]["code"], rpc::METHOD_NOT_FOUND);
+            assert!(answer(b"   ", &h, &c).await.is_none());
+        });
+    }
+
+    #[test]
+    fn admission_evicts_the_longest_idle_and_keeps_roots_slot() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // (id, root, busy, last_active)
+        let open = [(1, false, false, at(5)), (2, false, false, at(1)), (3, false, true, at(0))];
+        assert_eq!(admit(&open, false, 8), Admit::Yes);
+        // Full for others at max - 1: the longest idle that is not busy goes.
+        assert_eq!(admit(&open, false, 4), Admit::Evict(2));
+        // Root still has its slot.
+        assert_eq!(admit(&open, true, 4), Admit::Yes);
+        // All busy: refused.
+        let busy = [(1, false, true, at(5)), (2, false, true, at(1))];
+        assert_eq!(admit(&busy, false, 3), Admit::No);
+        // A non-root newcomer never displaces root; root displaces anyone idle.
+        let rooted = [(1, true, false, at(0)), (2, false, false, at(3)), (3, false, false, at(2))];
+        assert_eq!(admit(&rooted, false, 3), Admit::Evict(3));
+        assert_eq!(admit(&rooted, true, 3), Admit::Evict(1));
+        let only_root = [(1, true, false, at(0))];
+        assert_eq!(admit(&only_root, false, 1), Admit::No);
+        assert_eq!(admit(&[], false, 1), Admit::Yes);
+    }
+
+    #[test]
+    fn a_full_table_evicts_idle_connections_instead_of_refusing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        block_on(async {
+            let l = bind(&path, None).unwrap();
+            tokio::task::spawn_local(serve(l, echo(), limits(4), None));
+            // Far more idle connections than slots.
+            let mut idle = Vec::new();
+            for _ in 0..20 {
+                idle.push(UnixStream::connect(&path).await.unwrap());
+                tokio::task::yield_now().await;
+            }
+            let mut s = UnixStream::connect(&path).await.unwrap();
+            s.write_all(status_req(1).as_bytes()).await.unwrap();
+            let r = tokio::time::timeout(Duration::from_secs(2), read_lines(&mut s, 1)).await.unwrap();
+            assert_eq!(r[0]["result"]["n"], 1, "{r:?}");
+            // The first idle ones were closed to make room.
+            assert!(closed(&mut idle[0], Duration::from_secs(2)).await);
+        });
+    }
+
+    #[test]
+    fn a_silent_newcomer_is_closed_after_the_first_request_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        block_on(async {
+            let l = bind(&path, None).unwrap();
+            let lim = Limits { first_request_timeout: Duration::from_millis(200), ..limits(4) };
+            tokio::task::spawn_local(serve(l, echo(), lim, None));
+            let mut silent = UnixStream::connect(&path).await.unwrap();
+            let mut talker = UnixStream::connect(&path).await.unwrap();
+            talker.write_all(status_req(1).as_bytes()).await.unwrap();
+            read_lines(&mut talker, 1).await;
+            let t = std::time::Instant::now();
+            assert!(closed(&mut silent, Duration::from_secs(3)).await);
+            assert!(t.elapsed() < Duration::from_secs(2));
+            // One that already asked something keeps its connection past the deadline.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            talker.write_all(status_req(2).as_bytes()).await.unwrap();
+            assert_eq!(read_lines(&mut talker, 1).await[0]["result"]["n"], 2);
+        });
+    }
+
+    #[test]
+    fn an_oversized_line_is_answered_before_its_newline_arrives() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        block_on(async {
+            let l = bind(&path, None).unwrap();
+            tokio::task::spawn_local(serve(l, echo(), limits(4), None));
+            let mut s = UnixStream::connect(&path).await.unwrap();
+            // 64 KiB without a newline: the answer comes while the line is still open.
+            s.write_all(&vec![b'a'; 64 * 1024]).await.unwrap();
+            let r = tokio::time::timeout(Duration::from_secs(2), read_lines(&mut s, 1)).await.unwrap();
+            assert_eq!(r[0]["error"]["data"]["reason"], "TooLarge");
+            // More of the same line is dropped; after its newline the connection serves again.
+            s.write_all(&vec![b'b'; 64 * 1024]).await.unwrap();
+            s.write_all(b"\n").await.unwrap();
+            s.write_all(status_req(3).as_bytes()).await.unwrap();
+            let r = read_lines(&mut s, 1).await;
+            assert_eq!(r[0]["result"]["n"], 3, "{r:?}");
+        });
     }
 
     #[test]
     fn socket_serves_many_requests_and_survives_garbage() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sock");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let local = tokio::task::LocalSet::new();
-        local.block_on(&rt, async {
+        block_on(async {
             let l = bind(&path, None).unwrap();
             let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o660);
-            let limits = Limits { max_request_bytes: 1024, max_connections: 4, idle_timeout: Duration::from_secs(5) };
-            tokio::task::spawn_local(serve(l, echo(), limits, None));
+            tokio::task::spawn_local(serve(l, echo(), limits(4), None));
             let mut s = UnixStream::connect(&path).await.unwrap();
             let big = format!("{{\"x\":\"{}\"}}\n", "a".repeat(5000));
             let req = format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{{\"n\":1}}}}\n{{garbage\n{big}{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"echo\"}}\n"
             );
             s.write_all(req.as_bytes()).await.unwrap();
-            let mut got = Vec::new();
-            let mut lines = Vec::new();
-            while lines.len() < 4 {
-                let mut b = [0u8; 4096];
-                let n = s.read(&mut b).await.unwrap();
-                assert!(n > 0, "server closed early: {:?}", String::from_utf8_lossy(&got));
-                got.extend_from_slice(&b[..n]);
-                lines = got.split(|&c| c == b'\n').filter(|l| !l.is_empty()).map(|l| l.to_vec()).collect();
-            }
-            let v: Vec<Value> = lines.iter().map(|l| serde_json::from_slice(l).unwrap()).collect();
+            let v = read_lines(&mut s, 4).await;
             assert_eq!(v[0]["result"]["n"], 1);
             assert_eq!(v[1]["error"]["code"], rpc::PARSE_ERROR);
             assert_eq!(v[2]["error"]["data"]["reason"], "TooLarge");

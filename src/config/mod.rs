@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG: &str = "/etc/nodeportd/nodeportd.toml";
 pub const DEFAULT_SOCKET: &str = "/var/run/nodeportd/nodeportd.sock";
 pub const DEFAULT_STATE_DIR: &str = "/etc/nodeportd";
+/// Room for 100 persistent clients, a few short-lived ones and root's reserved slot.
+pub const DEFAULT_MAX_CONNECTIONS: i64 = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError(pub String);
@@ -194,6 +196,12 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+/// [`int_in`], converted to the type the config holds (the bounds make it fit).
+fn int_as<T: TryFrom<i64>>(key: &str, v: Option<i64>, default: i64, lo: i64, hi: i64) -> Result<T, ConfigError> {
+    let v = int_in(key, v, default, lo, hi)?;
+    T::try_from(v).map_err(|_| bad(key, v, format_args!("must be between {lo} and {hi}")))
+}
+
 fn int_in(key: &str, v: Option<i64>, default: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
     let v = v.unwrap_or(default);
     if v < lo || v > hi {
@@ -289,8 +297,8 @@ impl Config {
                 "letters, digits, '-' and '_', starting with a letter",
             ));
         }
-        let masquerade_bit = int_in("masquerade_bit", raw.masquerade_bit, 14, 0, 31)? as u8;
-        let ct_mark_bit = int_in("ct_mark_bit", raw.ct_mark_bit, 15, 0, 31)? as u8;
+        let masquerade_bit = int_as("masquerade_bit", raw.masquerade_bit, 14, 0, 31)?;
+        let ct_mark_bit = int_as("ct_mark_bit", raw.ct_mark_bit, 15, 0, 31)?;
         let log_level_s = raw.log_level.unwrap_or_else(|| "info".into());
         let log_level = parse_level(&log_level_s).ok_or_else(|| {
             bad("log_level", format_args!("{log_level_s:?}"), "one of error, warn, info, debug, trace, off")
@@ -320,11 +328,10 @@ impl Config {
             ct_mark_bit,
             status_led,
             log_level,
-            max_request_bytes: int_in("max_request_bytes", raw.max_request_bytes, 1 << 20, 1024, 64 << 20)? as usize,
-            max_connections: int_in("max_connections", raw.max_connections, 64, 1, 4096)? as usize,
-            idle_timeout_seconds: int_in("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)? as u64,
-            resync_interval_seconds: int_in("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?
-                as u64,
+            max_request_bytes: int_as("max_request_bytes", raw.max_request_bytes, 1 << 20, 1024, 64 << 20)?,
+            max_connections: int_as("max_connections", raw.max_connections, DEFAULT_MAX_CONNECTIONS, 1, 4096)?,
+            idle_timeout_seconds: int_as("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)?,
+            resync_interval_seconds: int_as("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?,
             ubus,
         })
     }
@@ -385,10 +392,10 @@ impl Config {
             ct_mark_bit: Some(self.ct_mark_bit.into()),
             status_led: self.status_led.clone(),
             log_level: Some(self.log_level.to_string().to_lowercase()),
-            max_request_bytes: Some(self.max_request_bytes as i64),
-            max_connections: Some(self.max_connections as i64),
-            idle_timeout_seconds: Some(self.idle_timeout_seconds as i64),
-            resync_interval_seconds: Some(self.resync_interval_seconds as i64),
+            max_request_bytes: i64::try_from(self.max_request_bytes).ok(),
+            max_connections: i64::try_from(self.max_connections).ok(),
+            idle_timeout_seconds: i64::try_from(self.idle_timeout_seconds).ok(),
+            resync_interval_seconds: i64::try_from(self.resync_interval_seconds).ok(),
             ubus: Some(self.ubus.to_string()),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))

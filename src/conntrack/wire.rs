@@ -122,7 +122,8 @@ impl Builder {
 
     fn attr(&mut self, kind: u16, value: &[u8]) {
         let len = NLA_HDR_LEN + value.len();
-        self.buf.extend_from_slice(&ne16(len as u16));
+        // Attributes are a few bytes; a netlink attribute length is 16 bits.
+        self.buf.extend_from_slice(&ne16(u16::try_from(len).unwrap_or(u16::MAX)));
         self.buf.extend_from_slice(&ne16(kind));
         self.buf.extend_from_slice(value);
         self.buf.resize(align4(self.buf.len()), 0);
@@ -133,12 +134,12 @@ impl Builder {
         self.buf.extend_from_slice(&ne16(0));
         self.buf.extend_from_slice(&ne16(kind | NLA_F_NESTED));
         f(self);
-        let len = (self.buf.len() - start) as u16;
+        let len = u16::try_from(self.buf.len() - start).unwrap_or(u16::MAX);
         self.buf[start..start + 2].copy_from_slice(&ne16(len));
     }
 
     fn finish(mut self) -> Vec<u8> {
-        let len = self.buf.len() as u32;
+        let len = u32::try_from(self.buf.len()).unwrap_or(u32::MAX);
         self.buf[0..4].copy_from_slice(&ne32(len));
         self.buf
     }
@@ -405,7 +406,7 @@ mod tests {
         err.extend_from_slice(&ne16(0));
         err.extend_from_slice(&ne32(9));
         err.extend_from_slice(&ne32(0));
-        err.extend_from_slice(&ne32((-2i32) as u32));
+        err.extend_from_slice(&ne32((-2i32).cast_unsigned()));
         err.extend_from_slice(&[0; 16]);
         d.extend_from_slice(&err);
         let mut done = Builder::message(NLMSG_DONE, NLM_F_MULTI, 7, 0).finish();

@@ -84,7 +84,12 @@ pub fn parse(argv: &[String]) -> Result<(Option<String>, Command), String> {
         }
         let (flag, inline) = match a.split_once('=') {
             Some((k, v)) => (k.to_string(), Some(v.to_string())),
-            None if a.len() > 2 && !a.starts_with("--") => (a[..2].to_string(), Some(a[2..].to_string())),
+            // `-ojson`: the flag is the dash and the next character (which may be
+            // several bytes long: split on a character boundary, never inside one).
+            None if !a.starts_with("--") && a.chars().count() > 2 => {
+                let cut = a.char_indices().nth(2).map_or(a.len(), |(i, _)| i);
+                (a[..cut].to_string(), Some(a[cut..].to_string()))
+            }
             None => (a.clone(), None),
         };
         let mut value = |name: &str| -> Result<String, String> {
@@ -244,6 +249,35 @@ mod tests {
             Command::Rpc { method: "service.list".into(), params: Some("{}".into()) }
         );
         assert_eq!(p("rpc status -").unwrap().1, Command::Rpc { method: "status".into(), params: Some("-".into()) });
+    }
+
+    #[test]
+    fn multibyte_flags_are_refused_not_split_inside_a_character() {
+        for a in ["-é", "-😀", "status -é", "-é=x", "--😀", "-\u{301}x"] {
+            let e = p(a).unwrap_err();
+            assert!(e.contains("unknown flag"), "{a}: {e}");
+        }
+        // A multi-byte value after a one-letter flag is kept whole.
+        let (_, c) = p("get svc -né").unwrap();
+        assert!(matches!(c, Command::Get { ref namespace, .. } if namespace == "é"));
+    }
+
+    proptest::proptest! {
+        /// Any argument list (any Unicode) gives a command or an error, never a panic.
+        #[test]
+        fn any_arguments_parse_or_error(args in proptest::collection::vec(".{0,6}", 0..6)) {
+            let _ = parse(&args);
+        }
+
+        /// Arguments starting with a dash followed by arbitrary characters.
+        #[test]
+        fn any_dash_argument_parses_or_errors(rest in ".{0,4}", cmd in "(status|get|apply|delete|rpc)?") {
+            let mut args = vec![format!("-{rest}")];
+            if !cmd.is_empty() {
+                args.insert(0, cmd);
+            }
+            let _ = parse(&args);
+        }
     }
 
     #[test]

@@ -76,13 +76,18 @@ pub fn parse_response(line: &str, id: u64) -> Result<Value, CallError> {
         return Err(bad("wrong id"));
     }
     if let Some(err) = v.get("error") {
-        return Err(CallError::Server {
-            code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-            message: err.get("message").and_then(Value::as_str).unwrap_or("(no message)").to_string(),
-            reason: err.pointer("/data/reason").and_then(Value::as_str).map(str::to_string),
-        });
+        return Err(server_error(err));
     }
     v.get("result").cloned().ok_or_else(|| bad("neither result nor error"))
+}
+
+/// A JSON-RPC error object (`{"code", "message", "data": {"reason"}}`) as a `CallError`.
+pub fn server_error(err: &Value) -> CallError {
+    CallError::Server {
+        code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+        message: err.get("message").and_then(Value::as_str).unwrap_or("(no message)").to_string(),
+        reason: err.pointer("/data/reason").and_then(Value::as_str).map(str::to_string),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The JSON-RPC methods: request → validate → allocate → persist. The data plane
 //! follows from the stored state (the sync task is woken after every change).
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
 use serde_json::{json, Value};
 
@@ -10,70 +12,284 @@ use super::State;
 use crate::api::rpc::{opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
 use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Service, SERVICE_NAME_LABEL};
-use crate::registry::{Action, EndpointsKind, Stamp};
-use crate::store::Kind;
+use crate::registry::{Action, EndpointsKind, Object, Prepared, Registry, Stamp};
+use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 
-/// Dispatch one method call against the daemon state.
-pub fn call(st: &mut State, method: &str, params: Value) -> Result<Value, RpcError> {
-    match method {
-        "service.apply" => service_apply(st, &params),
-        "service.get" => {
+/// Dispatch one method call. Reads answer at once from memory; writes prepare under a
+/// short borrow, wait for the store thread (other requests are served meanwhile), then
+/// commit. The state is never borrowed across an await.
+pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result<Value, RpcError> {
+    let intents = match method {
+        "service.apply" => {
+            let AnyObject::Service(svc) = parse_one(object_param(&params)?, Some(("Service", "v1")), "Service")? else {
+                return Err(RpcError::invalid_params(
+                    "params.object: Invalid value: not a Service: use endpoints.apply",
+                ));
+            };
+            vec![Ok(Intent::Apply(AnyObject::Service(svc)))]
+        }
+        "endpoints.apply" => {
+            let obj = parse_one(object_param(&params)?, None, "Endpoints or EndpointSlice")?;
+            if obj.kind() == "Service" {
+                return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
+            }
+            vec![Ok(Intent::Apply(obj))]
+        }
+        "service.delete" => {
             let (ns, name) = ns_name(&params)?;
+            vec![Ok(Intent::DeleteService(ns.to_string(), name.to_string()))]
+        }
+        "endpoints.delete" => {
+            let (ns, name) = ns_name(&params)?;
+            let kind = match endpoints_kind(&params)? {
+                Some(k) => k,
+                None => endpoints_kind_of(&find_endpoints(&st.borrow(), None, ns, name)?),
+            };
+            vec![Ok(Intent::DeleteEndpoints(kind, ns.to_string(), name.to_string()))]
+        }
+        "objects.apply" => objects_param(&params)?,
+        _ => return read(&mut st.borrow_mut(), method, &params),
+    };
+    let batch = method == "objects.apply";
+    let results = write(&st, intents).await;
+    if batch {
+        let results: Vec<Value> = results
+            .into_iter()
+            .map(|r| match r {
+                Ok((action, obj)) => json!({ "action": action.to_string(), "object": object_json(&obj) }),
+                Err(e) => json!({ "error": e.to_json() }),
+            })
+            .collect();
+        return Ok(json!({ "results": results }));
+    }
+    let (action, obj) = results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
+    Ok(match method {
+        "service.delete" | "endpoints.delete" => json!({ "object": object_json(&obj) }),
+        _ => json!({ "action": action.to_string(), "object": object_json(&obj) }),
+    })
+}
+
+/// The methods that change nothing.
+fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError> {
+    // Reservations of changes abandoned by an earlier request go back first.
+    st.registry.settle();
+    match method {
+        "service.get" => {
+            let (ns, name) = ns_name(params)?;
             let svc = st.registry.get_service(ns, name)?;
             Ok(json!({ "object": svc }))
         }
         "service.list" => {
-            let ns = opt_str_param(&params, "namespace")?;
+            let ns = opt_str_param(params, "namespace")?;
             let items: Vec<Service> = st.registry.list_services(ns);
             Ok(json!({ "apiVersion": "v1", "kind": "ServiceList", "items": items }))
         }
-        "service.delete" => {
-            let (ns, name) = ns_name(&params)?;
-            let (ns, name) = (ns.to_string(), name.to_string());
-            let svc = st.registry.delete_service(&ns, &name)?;
-            if let Err(e) = st.store.delete(Kind::Service, &ns, &name) {
-                // Put it back exactly as it was: a failed request changes nothing.
-                let stamp = st.stamp();
-                let _ = st.registry.apply_service(svc, &stamp);
-                return Err(ApiError::internal(format!("cannot persist the deletion: {e}")).into());
-            }
-            st.service_changed(&ns, &name);
-            Ok(json!({ "object": svc }))
-        }
-        "endpoints.apply" => endpoints_apply(st, &params),
         "endpoints.get" => {
-            let (ns, name) = ns_name(&params)?;
-            let kind = endpoints_kind(&params)?;
+            let (ns, name) = ns_name(params)?;
+            let kind = endpoints_kind(params)?;
             let obj = find_endpoints(st, kind, ns, name)?;
             Ok(json!({ "object": endpoints_json(&obj) }))
         }
         "endpoints.list" => {
-            let ns = opt_str_param(&params, "namespace")?;
-            let kind = endpoints_kind(&params)?;
+            let ns = opt_str_param(params, "namespace")?;
+            let kind = endpoints_kind(params)?;
             let items: Vec<Value> = st.registry.list_endpoints(kind, ns).iter().map(endpoints_json).collect();
             Ok(json!({ "apiVersion": "v1", "kind": "List", "items": items }))
-        }
-        "endpoints.delete" => {
-            let (ns, name) = ns_name(&params)?;
-            let (ns, name) = (ns.to_string(), name.to_string());
-            let kind = endpoints_kind(&params)?;
-            let kind = match kind {
-                Some(k) => k,
-                None => endpoints_kind_of(&find_endpoints(st, None, &ns, &name)?),
-            };
-            let obj = st.registry.delete_endpoints(kind, &ns, &name)?;
-            let store_kind = store_kind(&obj);
-            if let Err(e) = st.store.delete(store_kind, &ns, &name) {
-                let stamp = st.stamp();
-                let _ = st.registry.apply_endpoints(obj, &stamp);
-                return Err(ApiError::internal(format!("cannot persist the deletion: {e}")).into());
-            }
-            st.endpoints_changed(&obj);
-            Ok(json!({ "object": endpoints_json(&obj) }))
         }
         "status" => Ok(super::status::status(st)),
         _ => Err(method_not_found(method)),
     }
+}
+
+/// One change a request asks for.
+#[allow(clippy::large_enum_variant)] // a few per request, moved once: not worth a box
+enum Intent {
+    Apply(AnyObject),
+    DeleteService(String, String),
+    DeleteEndpoints(EndpointsKind, String, String),
+}
+
+impl Intent {
+    /// The object it names: writes to one object are serialised.
+    fn key(&self) -> WriteKey {
+        match self {
+            Intent::Apply(o) => {
+                let class = match o.kind() {
+                    "Service" => 0,
+                    "Endpoints" => 1,
+                    _ => 2,
+                };
+                (class, o.meta().ns().to_string(), o.meta().name.clone())
+            }
+            Intent::DeleteService(ns, n) => (0, ns.clone(), n.clone()),
+            Intent::DeleteEndpoints(EndpointsKind::Endpoints, ns, n) => (1, ns.clone(), n.clone()),
+            Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, ns, n) => (2, ns.clone(), n.clone()),
+        }
+    }
+}
+
+/// (kind class, namespace, name)
+pub type WriteKey = (u8, String, String);
+
+/// The objects with a write in flight. A write waits until none of its objects has
+/// one, so two writes to one object are prepared and committed one after the other.
+#[derive(Default)]
+pub struct WriteLocks {
+    busy: RefCell<BTreeSet<WriteKey>>,
+    done: tokio::sync::Notify,
+}
+
+impl WriteLocks {
+    /// Whether any write is in flight.
+    pub fn idle(&self) -> bool {
+        self.busy.borrow().is_empty()
+    }
+
+    /// Waits until no write is in flight (a config reload swaps the registry then).
+    pub async fn wait_idle(&self) {
+        loop {
+            let done = self.done.notified();
+            if self.idle() {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    async fn lock(self: &Rc<Self>, keys: BTreeSet<WriteKey>) -> KeyGuard {
+        loop {
+            let done = self.done.notified();
+            {
+                let mut busy = self.busy.borrow_mut();
+                if keys.iter().all(|k| !busy.contains(k)) {
+                    busy.extend(keys.iter().cloned());
+                    return KeyGuard { locks: self.clone(), keys };
+                }
+            }
+            done.await;
+        }
+    }
+}
+
+struct KeyGuard {
+    locks: Rc<WriteLocks>,
+    keys: BTreeSet<WriteKey>,
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        let mut busy = self.locks.busy.borrow_mut();
+        for k in &self.keys {
+            busy.remove(k);
+        }
+        self.locks.done.notify_waiters();
+    }
+}
+
+/// `objects.apply`'s `params.objects`, parsed and validated one by one.
+fn objects_param(params: &Value) -> Result<Vec<Result<Intent, RpcError>>, RpcError> {
+    let items = match params.get("objects") {
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(RpcError::invalid_params(format!(
+                "params.objects: Invalid value: {}: must be an array of objects",
+                truncate(&other.to_string())
+            )))
+        }
+        None => return Err(RpcError::invalid_params("params.objects: Required value")),
+    };
+    let mut out = Vec::new();
+    for (i, v) in items.iter().enumerate() {
+        match v {
+            Value::Object(_) => match parse_object(v.clone()) {
+                Ok(objs) => out.extend(objs.into_iter().map(|o| match o.validate() {
+                    Ok(()) => Ok(Intent::Apply(o)),
+                    Err(e) => Err(RpcError::from(e)),
+                })),
+                Err(e) => out.push(Err(RpcError::from(e))),
+            },
+            other => out.push(Err(RpcError::invalid_params(format!(
+                "params.objects[{i}]: Invalid value: {}: must be a Kubernetes object",
+                truncate(&other.to_string())
+            )))),
+        }
+    }
+    Ok(out)
+}
+
+/// Apply intents in order: groups without a repeated object are prepared together,
+/// written as one batch (shared fsyncs) and committed; one result per intent.
+async fn write(
+    st: &Rc<RefCell<State>>,
+    intents: Vec<Result<Intent, RpcError>>,
+) -> Vec<Result<(Action, Object), RpcError>> {
+    let mut results: Vec<Option<Result<(Action, Object), RpcError>>> = Vec::with_capacity(intents.len());
+    let mut group: Vec<(usize, Intent)> = Vec::new();
+    let mut keys: BTreeSet<WriteKey> = BTreeSet::new();
+    let mut groups: Vec<Vec<(usize, Intent)>> = Vec::new();
+    for (i, it) in intents.into_iter().enumerate() {
+        results.push(None);
+        match it {
+            Err(e) => results[i] = Some(Err(e)),
+            Ok(it) => {
+                if !keys.insert(it.key()) {
+                    groups.push(std::mem::take(&mut group));
+                    keys.clear();
+                    keys.insert(it.key());
+                }
+                group.push((i, it));
+            }
+        }
+    }
+    groups.push(group);
+    for group in groups.into_iter().filter(|g| !g.is_empty()) {
+        for (i, r) in write_group(st, group).await {
+            results[i] = Some(r);
+        }
+    }
+    results.into_iter().map(|r| r.unwrap_or_else(|| Err(ApiError::internal("no result").into()))).collect()
+}
+
+async fn write_group(
+    st: &Rc<RefCell<State>>,
+    group: Vec<(usize, Intent)>,
+) -> Vec<(usize, Result<(Action, Object), RpcError>)> {
+    let locks = st.borrow().writing.clone();
+    let _guard = locks.lock(group.iter().map(|(_, it)| it.key()).collect()).await;
+    let mut out = Vec::new();
+    // Prepare (reserves values; changes nothing served).
+    let (prepared, writer) = {
+        let mut s = st.borrow_mut();
+        let stamp = s.stamp();
+        let mut prepared: Vec<(usize, Prepared)> = Vec::new();
+        for (i, it) in group {
+            let p = match it {
+                Intent::Apply(AnyObject::Service(svc)) => s.registry.prepare_service(svc, &stamp),
+                Intent::Apply(other) => match other.into_endpoints() {
+                    Some(e) => s.registry.prepare_endpoints(e, &stamp),
+                    None => Err(ApiError::internal("not a Service, Endpoints or EndpointSlice")),
+                },
+                Intent::DeleteService(ns, n) => s.registry.prepare_delete_service(&ns, &n),
+                Intent::DeleteEndpoints(k, ns, n) => s.registry.prepare_delete_endpoints(k, &ns, &n),
+            };
+            match p {
+                Ok(p) => prepared.push((i, p)),
+                Err(e) => out.push((i, Err(e.into()))),
+            }
+        }
+        (prepared, s.store.clone())
+    };
+    let (idx, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
+    // Persist, off the event loop.
+    let (ops, op_of) = store_ops(&prepared);
+    let outcomes = if ops.is_empty() { Vec::new() } else { writer.write(ops).await };
+    // Commit what is on disk.
+    let mut s = st.borrow_mut();
+    let committed = commit_outcomes(&mut s.registry, prepared, &op_of, outcomes);
+    for (i, r) in idx.into_iter().zip(mark_changed(&mut s, committed)) {
+        out.push((i, r));
+    }
+    out
 }
 
 fn ns_name(params: &Value) -> Result<(&str, &str), RpcError> {
@@ -167,71 +383,168 @@ fn parse_one(v: &Value, default_kind: Option<(&str, &str)>, wanted: &str) -> Res
     Ok(obj)
 }
 
-fn service_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let AnyObject::Service(svc) = parse_one(object_param(params)?, Some(("Service", "v1")), "Service")? else {
-        return Err(RpcError::invalid_params("params.object: Invalid value: not a Service: use endpoints.apply"));
-    };
-    let ns = svc.namespace().to_string();
-    let name = svc.name().to_string();
-    let previous = st.registry.get_service(&ns, &name).ok();
-    let stamp = st.stamp();
-    let (action, stored) = st.registry.apply_service(svc, &stamp)?;
-    if action != Action::Unchanged {
-        let value = serde_json::to_value(&stored).map_err(|e| ApiError::internal(e.to_string()))?;
-        if let Err(e) = st.store.put(Kind::Service, &ns, &name, &value) {
-            // Undo in memory so the allocation is not lost or leaked.
-            match previous {
-                Some(p) => {
-                    let _ = st.registry.apply_service(p, &stamp);
+/// Tell the data plane and the log what the committed changes changed.
+fn mark_changed(st: &mut State, done: Vec<Result<Committed, RpcError>>) -> Vec<Result<(Action, Object), RpcError>> {
+    let mut out = Vec::with_capacity(done.len());
+    for r in done {
+        match r {
+            Ok(c) => {
+                if c.action != Action::Unchanged {
+                    match (&c.object, &c.previous) {
+                        (Object::Service(s), _) => st.service_changed(s.namespace(), s.name()),
+                        (Object::Endpoints(e), prev) => {
+                            if let Some(p) = prev {
+                                st.endpoints_changed(p);
+                            }
+                            st.endpoints_changed(e);
+                        }
+                    }
+                    let (ns, name) = c.object.key();
+                    let what = if c.deleted { "deleted".to_string() } else { c.action.to_string() };
+                    log::info!("{}/{ns}/{name} {what}", kind_word(&c.object));
                 }
-                None => {
-                    let _ = st.registry.delete_service(&ns, &name);
-                }
+                out.push(c.error.map_or(Ok((c.action, c.object)), Err));
             }
-            return Err(ApiError::internal(format!("cannot persist Service {ns}/{name}: {e}")).into());
+            Err(e) => out.push(Err(e)),
         }
-        st.service_changed(&ns, &name);
-        log::info!("service/{ns}/{name} {action}");
     }
-    Ok(json!({ "action": action.to_string(), "object": stored }))
+    out
 }
 
-fn endpoints_apply(st: &mut State, params: &Value) -> Result<Value, RpcError> {
-    let obj = parse_one(object_param(params)?, None, "Endpoints or EndpointSlice")?;
-    let kind = obj.kind();
-    let Some(obj) = obj.into_endpoints() else {
-        return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
-    };
-    let (k, ns, name) = match &obj {
-        EndpointsObject::Endpoints(e) => {
-            (EndpointsKind::Endpoints, e.metadata.ns().to_string(), e.metadata.name.clone())
-        }
-        EndpointsObject::Slice(s) => {
-            (EndpointsKind::EndpointSlice, s.metadata.ns().to_string(), s.metadata.name.clone())
-        }
-    };
-    let previous = st.registry.get_endpoints(k, &ns, &name).ok();
-    let stamp = st.stamp();
-    let (action, stored) = st.registry.apply_endpoints(obj, &stamp)?;
-    if action != Action::Unchanged {
-        if let Err(e) = st.store.put(store_kind(&stored), &ns, &name, &endpoints_json(&stored)) {
-            match previous {
-                Some(p) => {
-                    let _ = st.registry.apply_endpoints(p, &stamp);
-                }
-                None => {
-                    let _ = st.registry.delete_endpoints(k, &ns, &name);
-                }
-            }
-            return Err(ApiError::internal(format!("cannot persist {kind} {ns}/{name}: {e}")).into());
-        }
-        if let Some(p) = &previous {
-            st.endpoints_changed(p);
-        }
-        st.endpoints_changed(&stored);
-        log::info!("{}/{ns}/{name} {action}", kind.to_lowercase());
+fn kind_word(obj: &Object) -> &'static str {
+    match obj {
+        Object::Service(_) => "service",
+        Object::Endpoints(EndpointsObject::Endpoints(_)) => "endpoints",
+        Object::Endpoints(EndpointsObject::Slice(_)) => "endpointslice",
     }
-    Ok(json!({ "action": action.to_string(), "object": endpoints_json(&stored) }))
+}
+
+/// A change that reached the disk and the registry.
+pub struct Committed {
+    pub action: Action,
+    pub object: Object,
+    /// The endpoints object it replaced (its services need a sync too).
+    pub previous: Option<EndpointsObject>,
+    pub deleted: bool,
+    /// Set when the change is on disk and served but its directory fsync failed.
+    pub error: Option<RpcError>,
+}
+
+/// The write path, in one step (tests; the daemon splits it around the store thread):
+/// the prepared changes are written with shared fsyncs (`Store::apply`); each one that
+/// reached the disk is committed, each one that did not is dropped, which gives back
+/// its reservations, so the registry serves exactly what it served before. No undo.
+pub fn persist_and_commit(
+    registry: &mut Registry,
+    store: &mut Store,
+    prepared: Vec<Prepared>,
+) -> Vec<Result<Committed, RpcError>> {
+    let (ops, op_of) = store_ops(&prepared);
+    let borrowed: Vec<Op<'_>> = ops
+        .iter()
+        .map(|o| Op { kind: o.kind, namespace: &o.namespace, name: &o.name, object: o.object.as_ref() })
+        .collect();
+    let outcomes = store.apply(&borrowed);
+    commit_outcomes(registry, prepared, &op_of, outcomes)
+}
+
+/// The store changes of prepared changes, and which op each one has (none when it
+/// changes nothing).
+fn store_ops(prepared: &[Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
+    let mut ops = Vec::new();
+    let mut op_of = Vec::with_capacity(prepared.len());
+    for p in prepared {
+        if !p.changes_anything() {
+            op_of.push(None);
+            continue;
+        }
+        let (namespace, name) = p.object().key();
+        op_of.push(Some(ops.len()));
+        ops.push(OwnedOp {
+            kind: store_kind_of(p.object()),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            object: (!p.is_delete()).then(|| object_json(p.object())),
+        });
+    }
+    (ops, op_of)
+}
+
+/// Commit each prepared change whose write reached the disk; drop the others.
+fn commit_outcomes(
+    registry: &mut Registry,
+    prepared: Vec<Prepared>,
+    op_of: &[Option<usize>],
+    outcomes: Vec<Outcome>,
+) -> Vec<Result<Committed, RpcError>> {
+    let mut outcomes: Vec<Option<Outcome>> = outcomes.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(prepared.len());
+    for (p, op) in prepared.into_iter().zip(op_of) {
+        let outcome = op.and_then(|i| outcomes.get_mut(i).and_then(Option::take));
+        let what = describe(&p);
+        let error = match outcome {
+            None if op.is_some() => {
+                drop(p);
+                registry.settle();
+                out.push(Err(ApiError::internal(format!("cannot persist {what}: no answer from the store")).into()));
+                continue;
+            }
+            None | Some(Outcome::Done) => None,
+            Some(Outcome::NotWritten(e)) => {
+                // Dropping `p` releases what it reserved: nothing changed.
+                drop(p);
+                registry.settle();
+                out.push(Err(ApiError::internal(format!("cannot persist {what}: {e}")).into()));
+                continue;
+            }
+            Some(Outcome::Unconfirmed(e)) => Some(
+                ApiError::internal(format!(
+                    "{what} was written and is served, but its directory fsync failed (not confirmed durable): {e}"
+                ))
+                .into(),
+            ),
+        };
+        let previous = match p.object() {
+            Object::Endpoints(e) if p.changes_anything() && !p.is_delete() => {
+                let (ns, name) = p.object().key();
+                registry.get_endpoints(endpoints_kind_of(e), ns, name).ok()
+            }
+            _ => None,
+        };
+        let action = p.action();
+        let deleted = p.is_delete();
+        let object = registry.commit(p);
+        out.push(Ok(Committed { action, object, previous, deleted, error }));
+    }
+    out
+}
+
+fn describe(p: &Prepared) -> String {
+    let (ns, name) = p.object().key();
+    let kind = match p.object() {
+        Object::Service(_) => "Service",
+        Object::Endpoints(EndpointsObject::Endpoints(_)) => "Endpoints",
+        Object::Endpoints(EndpointsObject::Slice(_)) => "EndpointSlice",
+    };
+    if p.is_delete() {
+        format!("the deletion of {kind} {ns}/{name}")
+    } else {
+        format!("{kind} {ns}/{name}")
+    }
+}
+
+fn store_kind_of(obj: &Object) -> Kind {
+    match obj {
+        Object::Service(_) => Kind::Service,
+        Object::Endpoints(e) => store_kind(e),
+    }
+}
+
+pub fn object_json(obj: &Object) -> Value {
+    match obj {
+        Object::Service(s) => serde_json::to_value(s).unwrap_or(Value::Null),
+        Object::Endpoints(e) => endpoints_json(e),
+    }
 }
 
 /// The services an endpoints object feeds.
@@ -253,5 +566,180 @@ pub fn services_of(obj: &EndpointsObject) -> BTreeSet<(String, String)> {
 impl State {
     pub fn stamp(&self) -> Stamp {
         Stamp { now: clock::rfc3339(std::time::SystemTime::now()), uid: clock::uuid4() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::PortRange;
+    use crate::store::IoStep;
+
+    fn stamp(n: u32) -> Stamp {
+        Stamp { now: format!("2026-01-01T00:00:{n:02}Z"), uid: format!("00000000-0000-4000-8000-{n:012}") }
+    }
+
+    fn registry() -> Registry {
+        let cidrs: Vec<ipnet::IpNet> = vec!["10.96.0.0/24".parse().unwrap()];
+        Registry::with_seed(PortRange { first: 30000, last: 30099 }, &cidrs, 3)
+    }
+
+    fn service(port: i64, note: &str) -> Service {
+        serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "annotations": {"note": note}},
+            "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}}))
+        .unwrap()
+    }
+
+    fn slice(ip: &str) -> EndpointsObject {
+        let v = json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-1", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4", "endpoints": [{"addresses": [ip]}], "ports": [{"port": 8080}]});
+        parse_object(v).unwrap().remove(0).into_endpoints().unwrap()
+    }
+
+    fn temp_files(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.to_string_lossy().ends_with(".tmp") {
+                    out.push(p.display().to_string());
+                }
+            }
+        }
+        out
+    }
+
+    /// What a client sees of the service and the slice, as bytes, and the allocators.
+    fn served(reg: &mut Registry) -> (Vec<u8>, Vec<u8>, String) {
+        reg.settle();
+        let svc = serde_json::to_vec(&reg.get_service("default", "web").unwrap()).unwrap();
+        let sl = reg.get_endpoints(EndpointsKind::EndpointSlice, "default", "web-1").unwrap();
+        (svc, serde_json::to_vec(&endpoints_json(&sl)).unwrap(), format!("{:?}", reg.usage()))
+    }
+
+    /// Issue 12: ENOSPC and EROFS at every step of a write, on update and delete, leave
+    /// the served objects byte-identical (resourceVersion included), the allocators and
+    /// the files on disk as they were, and no temp file.
+    #[test]
+    fn a_failed_write_changes_nothing_and_leaves_no_temp_file() {
+        let update_steps = [IoStep::CreateTemp, IoStep::WriteTemp, IoStep::FsyncTemp, IoStep::Rename];
+        let cases = update_steps.iter().map(|s| (*s, false)).chain([(IoStep::Remove, true)]);
+        for (step, delete) in cases {
+            for errno in [libc::ENOSPC, libc::EROFS] {
+                let dir = tempfile::tempdir().unwrap();
+                let (mut store, _) = Store::open(dir.path()).unwrap();
+                let mut reg = registry();
+                let p = vec![
+                    reg.prepare_service(service(30010, "v1"), &stamp(1)).unwrap(),
+                    reg.prepare_endpoints(slice("198.18.0.10"), &stamp(1)).unwrap(),
+                ];
+                for r in persist_and_commit(&mut reg, &mut store, p) {
+                    assert!(r.unwrap().error.is_none());
+                }
+                let before = served(&mut reg);
+                let files = |d: &Path| {
+                    [("services", "web"), ("endpointslices", "web-1")]
+                        .map(|(k, n)| std::fs::read(d.join(format!("objects/{k}/default/{n}.json"))).unwrap())
+                };
+                let disk = files(dir.path());
+                let reached = Arc::new(AtomicU32::new(0));
+                let r2 = reached.clone();
+                store.set_fault_hook(Some(Box::new(move |s: IoStep, _p: &Path| {
+                    if s == step {
+                        r2.fetch_add(1, Ordering::Relaxed);
+                        return Err(io::Error::from_raw_os_error(errno));
+                    }
+                    Ok(())
+                })));
+                let batch = if delete {
+                    vec![
+                        reg.prepare_delete_service("default", "web").unwrap(),
+                        reg.prepare_delete_endpoints(EndpointsKind::EndpointSlice, "default", "web-1").unwrap(),
+                    ]
+                } else {
+                    // The update moves the nodePort: the new one is reserved meanwhile.
+                    vec![
+                        reg.prepare_service(service(30020, "v2"), &stamp(2)).unwrap(),
+                        reg.prepare_endpoints(slice("198.18.0.20"), &stamp(2)).unwrap(),
+                    ]
+                };
+                let results = persist_and_commit(&mut reg, &mut store, batch);
+                let what = format!("{step:?} errno {errno} delete={delete}");
+                assert_eq!(reached.load(Ordering::Relaxed), 2, "{what}: the step was not reached for both objects");
+                for r in &results {
+                    let e = r.as_ref().err().unwrap_or_else(|| panic!("{what}: the write must fail"));
+                    assert!(e.message.contains("cannot persist"), "{}", e.message);
+                    let os = io::Error::from_raw_os_error(errno).to_string();
+                    assert!(e.message.contains(&os), "{what}: {}", e.message);
+                }
+                assert_eq!(served(&mut reg), before, "{what}: the served objects changed");
+                assert_eq!(files(dir.path()), disk, "{what}: the files changed");
+                assert_eq!(temp_files(dir.path()), Vec::<String>::new(), "{what}: temp files left");
+                // The nodePort the failed update reserved is free again.
+                store.set_fault_hook(None);
+                let other: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": "other"}, "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30020}]}}))
+                .unwrap();
+                let p = reg.prepare_service(other, &stamp(3)).unwrap();
+                assert!(persist_and_commit(&mut reg, &mut store, vec![p]).pop().unwrap().is_ok(), "{what}");
+            }
+        }
+    }
+
+    /// A failed directory fsync after the rename: the new file is what a restart reads,
+    /// so the registry follows the disk and the caller is told durability is unconfirmed.
+    #[test]
+    fn a_failed_directory_fsync_after_the_rename_is_reported_and_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path()).unwrap();
+        let mut reg = registry();
+        let p = reg.prepare_service(service(30010, "v1"), &stamp(1)).unwrap();
+        persist_and_commit(&mut reg, &mut store, vec![p]);
+        store.set_fault_hook(Some(Box::new(|s: IoStep, _p: &Path| {
+            if s == IoStep::FsyncDir {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            Ok(())
+        })));
+        let p = reg.prepare_service(service(30010, "v2"), &stamp(2)).unwrap();
+        let r = persist_and_commit(&mut reg, &mut store, vec![p]).pop().unwrap().unwrap();
+        assert!(r.error.unwrap().message.contains("not confirmed durable"));
+        let served = reg.get_service("default", "web").unwrap();
+        assert_eq!(served.metadata.annotations.get("note").map(String::as_str), Some("v2"));
+        store.set_fault_hook(None);
+        let (_, objs) = Store::open(dir.path()).unwrap();
+        assert_eq!(objs[0].object["metadata"]["annotations"]["note"], "v2");
+    }
+
+    /// Group commit: a batch of many objects shares one fsync per directory.
+    #[test]
+    fn a_batch_shares_directory_fsyncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path()).unwrap();
+        let mut reg = registry();
+        let mut batch = Vec::new();
+        for i in 0..50 {
+            let svc: Service = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": format!("s{i}")}, "spec": {"ports": [{"port": 80}]}}))
+            .unwrap();
+            batch.push(reg.prepare_service(svc, &stamp(1)).unwrap());
+        }
+        let before = store.dir_syncs;
+        let results = persist_and_commit(&mut reg, &mut store, batch);
+        assert!(results.iter().all(|r| r.as_ref().is_ok_and(|c| c.error.is_none())));
+        // services/default is new: its parent once when created, then the directory once.
+        assert_eq!(store.dir_syncs - before, 2);
+        assert_eq!(reg.service_count(), 50);
+        assert_eq!(store.writes, 50);
     }
 }

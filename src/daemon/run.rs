@@ -23,7 +23,10 @@ use crate::store::{Kind, Store, Stored};
 pub struct State {
     pub cfg: Config,
     pub registry: Registry,
-    pub store: Store,
+    /// The store, on its own thread.
+    pub store: crate::store::Writer,
+    /// Objects with a write in flight.
+    pub writing: Rc<super::handlers::WriteLocks>,
     pub node: NodeState,
     pub dataplane: DataplaneStatus,
     /// The `healthCheckNodePort` listeners.
@@ -112,8 +115,38 @@ fn decode_stored(
     Ok((services, endpoints))
 }
 
-pub fn run(args: Args, cfg: Config) -> Result<(), String> {
+/// A dry run's private state directory, removed when the daemon stops.
+struct DryRunDir(std::path::PathBuf);
+
+impl Drop for DryRunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The rule for `--dry-run` (docs/extensions.md): it uses a state_dir given explicitly
+/// (`--state-dir`, or a config `state_dir` other than the built-in default); otherwise it
+/// keeps its state in a private temporary directory, so trying the daemon out never
+/// touches the router's real state.
+fn dry_run_state_dir(args: &Args, cfg: &Config) -> Option<std::path::PathBuf> {
+    let default = std::path::Path::new(crate::config::DEFAULT_STATE_DIR);
+    (args.dry_run && args.state_dir.is_none() && cfg.state_dir == default)
+        .then(|| std::env::temp_dir().join(format!("nodeportd-dry-run-{}", std::process::id())))
+}
+
+pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
     let started = Instant::now();
+    let _dry_dir = match dry_run_state_dir(&args, &cfg) {
+        Some(dir) => {
+            log::info!("--dry-run without an explicit state_dir: state kept in {} until exit", dir.display());
+            cfg.state_dir = dir.clone();
+            Some(DryRunDir(dir))
+        }
+        None => None,
+    };
+    // First the lock: nothing (not even removing leftover temp files) may touch a state
+    // directory another daemon is using.
+    let _lock = crate::store::lock_state_dir(&cfg.state_dir).map_err(|e| e.to_string())?;
     let (store, objects) = Store::open(&cfg.state_dir).map_err(|e| e.to_string())?;
     let (services, endpoints) = decode_stored(&cfg.state_dir, objects)?;
     let n_services = services.len();
@@ -136,9 +169,11 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
         let wake = Rc::new(Notify::new());
         let (ubus_events, ubus_rx) = crate::ubus::Events::channel();
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
+        let store = crate::store::Writer::spawn(store).map_err(|e| format!("cannot start the store thread: {e}"))?;
         let st = Rc::new(RefCell::new(State {
             registry,
             store,
+            writing: Rc::default(),
             node,
             dataplane: DataplaneStatus::new(),
             health: super::health::HealthChecks::new(),
@@ -158,10 +193,12 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
             max_request_bytes: cfg.max_request_bytes,
             max_connections: cfg.max_connections,
             idle_timeout: Duration::from_secs(cfg.idle_timeout_seconds),
+            first_request_timeout: server::FIRST_REQUEST_TIMEOUT,
         };
         let handler_state = st.clone();
-        let handler: server::Handler =
-            Rc::new(move |method, params, _cred| super::ubus::call(&handler_state, method, params));
+        let handler: server::Handler = Rc::new(move |method, params, _cred| {
+            Box::pin(super::ubus::call(handler_state.clone(), method.to_string(), params))
+        });
         tokio::task::spawn_local(server::serve(listener, handler, limits, group));
 
         // Status LED: on = in sync, blinking = out of sync, off = stopped.
@@ -218,13 +255,20 @@ pub fn run(args: Args, cfg: Config) -> Result<(), String> {
 /// SIGHUP: re-read the config. What cannot change live is refused with a logged reason
 /// and the old config stays.
 async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
-    let new = match args.effective_config() {
+    let mut new = match args.effective_config() {
         Ok(c) => c,
         Err(e) => {
             log::error!("reload refused, keeping the old config: {e}");
             return;
         }
     };
+    if let Some(dir) = dry_run_state_dir(args, &new) {
+        new.state_dir = dir;
+    }
+    // A new registry must not see changes prepared in the old one: wait for writes in
+    // flight (then nothing awaits until the swap).
+    let writing = st.borrow().writing.clone();
+    writing.wait_idle().await;
     let mut s = st.borrow_mut();
     let old = s.cfg.clone();
     for (what, changed) in [

@@ -37,7 +37,7 @@ pub fn status(st: &State) -> Value {
         },
         "healthChecks": st.health.status_json(),
         "problems": st.registry.problems(),
-        "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes },
+        "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes(), "batches": st.store.batches() },
         "uptimeSeconds": st.started.elapsed().as_secs(),
     })
 }

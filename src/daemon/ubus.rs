@@ -14,14 +14,30 @@ use crate::api::rpc::RpcError;
 use crate::ubus::{self, Event, SERVICE_EVENT, SYNC_EVENT};
 
 /// One request, from the socket API or ubus: the handler, then the event it causes.
-pub fn call(st: &Rc<RefCell<State>>, method: &str, params: Value) -> Result<Value, RpcError> {
-    let result = super::handlers::call(&mut st.borrow_mut(), method, params);
+pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Result<Value, RpcError> {
+    let result = super::handlers::call(st.clone(), &method, params).await;
     if let Ok(r) = &result {
-        if let Some(ev) = service_event(method, r) {
+        for ev in events(&method, r) {
             st.borrow().ubus.send(ev);
         }
     }
     result
+}
+
+/// The events of one answered request: one per object of an `objects.apply` (a List).
+fn events(method: &str, result: &Value) -> Vec<Event> {
+    if method != "objects.apply" {
+        return service_event(method, result).into_iter().collect();
+    }
+    let items = result.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|r| {
+            let kind = r.pointer("/object/kind").and_then(Value::as_str)?;
+            let method = if kind == "Service" { "service.apply" } else { "endpoints.apply" };
+            service_event(method, r)
+        })
+        .collect()
 }
 
 /// `nodeportd.service` for an applied (created or changed) or deleted Service:
@@ -113,7 +129,8 @@ pub fn spawn<T: Send + Sync + 'static>(
         return;
     }
     let handler_state = st.clone();
-    let handler: ubus::Call = Rc::new(move |method, params| call(&handler_state, method, params));
+    let handler: ubus::Call =
+        Rc::new(move |method, params| Box::pin(call(handler_state.clone(), method.to_string(), params)));
     tokio::task::spawn_local(ubus::conn::run(setting, handler, queue));
     let st = st.clone();
     tokio::task::spawn_local(async move {

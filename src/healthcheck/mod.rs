@@ -205,12 +205,14 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     if end + start > MAX_REQUEST_BYTES {
         return Parsed::Error(Status::HeaderTooLarge);
     }
-    let mut lines = buf[..end].split(|&c| c == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let mut lines = buf[..end].split(|&c| c == b'\n');
+    // `request_line` strips the line's CR itself, exactly as for an incomplete head
+    // above: a line ending in two CRs gets one answer however the bytes arrive.
     let method = match request_line(lines.next().unwrap_or_default()) {
         Ok(m) => m,
         Err(s) => return Parsed::Error(s),
     };
-    for line in lines.filter(|l| !l.is_empty()) {
+    for line in lines.map(|l| l.strip_suffix(b"\r").unwrap_or(l)).filter(|l| !l.is_empty()) {
         let Some(colon) = line.iter().position(|&c| c == b':') else {
             return Parsed::Error(Status::BadRequest);
         };

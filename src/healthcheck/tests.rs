@@ -351,3 +351,16 @@ mod prop {
         }
     }
 }
+
+/// Found by fuzz/fuzz_targets/health_http.rs: a request line ending in two CRs was a 400
+/// while the head was incomplete and a 505 once complete. One answer, however it arrives.
+#[test]
+fn a_request_line_with_two_crs_gets_one_answer_however_it_arrives() {
+    let data = b"GET / HTTP/2.0\r\r\n\n";
+    let full = parse_request(data);
+    assert_eq!(full, Parsed::Error(Status::BadRequest));
+    for cut in 0..data.len() {
+        let p = parse_request(&data[..cut]);
+        assert!(p == Parsed::Incomplete || p == full, "prefix {cut}: {p:?}");
+    }
+}

@@ -10,6 +10,7 @@ mod meta;
 mod service;
 #[cfg(test)]
 mod tests;
+mod write;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -23,6 +24,7 @@ use crate::config::PortRange;
 use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service, ServiceType};
 
 pub use backends::PortBackends;
+pub use write::{Object, Prepared};
 
 /// What the caller supplies for a write: the current time (RFC 3339) and a uid to
 /// give a newly created object.
@@ -96,7 +98,7 @@ struct Held {
 }
 
 /// Values taken during one request, released again if it fails.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 struct Taken {
     ports: Vec<u16>,
     ips: Vec<IpAddr>,
@@ -123,6 +125,9 @@ pub struct Registry {
     /// A Service other than `default/kubernetes` that was stored holding the reserved
     /// address before the reservation existed: it keeps it until it lets it go.
     reserved_holder: Option<Key>,
+    /// Reservations of prepared changes dropped without a commit, released at the next
+    /// call that reads or changes the allocators ([`Registry::settle`]).
+    returns: write::Returns,
 }
 
 impl Registry {
@@ -163,6 +168,7 @@ impl Registry {
             resource_version: 0,
             reserved,
             reserved_holder: None,
+            returns: write::Returns::default(),
         }
     }
 
@@ -427,19 +433,33 @@ impl Registry {
         self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| s.clone()).collect()
     }
 
+    /// Deletes a Service now (prepare and commit in one step, for callers that persist
+    /// nothing: tests, benchmarks, fuzzers).
     pub fn delete_service(&mut self, ns: &str, name: &str) -> Result<Service, ApiError> {
-        let key = (ns.to_string(), name.to_string());
-        let svc = self.services.remove(&key).ok_or_else(|| ApiError::not_found("services", name))?;
-        if let Some(h) = self.held.remove(&key) {
-            self.release(&h, &Held::default());
+        let p = self.prepare_delete_service(ns, name)?;
+        match self.commit(p) {
+            Object::Service(s) => Ok(s),
+            Object::Endpoints(_) => Err(ApiError::internal("a Service delete committed an endpoints object")),
         }
-        self.problems.retain(|(k, _)| *k != key);
-        Ok(svc)
     }
 
-    /// Creates or updates a Service with Kubernetes' allocation semantics (see the
-    /// `service` module). On error nothing changed.
-    pub fn apply_service(&mut self, mut svc: Service, stamp: &Stamp) -> Result<(Action, Service), ApiError> {
+    /// Creates or updates a Service now (prepare and commit in one step, for callers
+    /// that persist nothing: tests, benchmarks, fuzzers).
+    pub fn apply_service(&mut self, svc: Service, stamp: &Stamp) -> Result<(Action, Service), ApiError> {
+        let p = self.prepare_service(svc, stamp)?;
+        let action = p.action();
+        match self.commit(p) {
+            Object::Service(s) => Ok((action, s)),
+            Object::Endpoints(_) => Err(ApiError::internal("a Service apply committed an endpoints object")),
+        }
+    }
+
+    /// Prepares a create or update of a Service with Kubernetes' allocation semantics
+    /// (see the `service` module): the values it needs are reserved in the allocators,
+    /// nothing else changes until [`Registry::commit`]. Dropping the prepared change
+    /// releases the reservations. On error nothing changed.
+    pub fn prepare_service(&mut self, mut svc: Service, stamp: &Stamp) -> Result<Prepared, ApiError> {
+        self.settle();
         meta::default_namespace(&mut svc.metadata);
         if svc.metadata.name.is_empty() {
             return Err(ApiError::new(
@@ -491,14 +511,11 @@ impl Registry {
         if old.as_ref() == Some(&svc) {
             // Nothing new was needed, so nothing was taken; keep it that way.
             self.rollback(taken);
-            return Ok((Action::Unchanged, svc));
+            return Ok(self.prepared(Action::Unchanged, None, Object::Service(svc), Taken::default()));
         }
         svc.metadata.resource_version = Some(self.next_rv());
-        self.release(&prev, &held);
-        self.held.insert(key.clone(), held);
-        self.problems.retain(|(k, _)| *k != key);
-        self.services.insert(key, svc.clone());
-        Ok((action, svc))
+        let change = write::Change::PutService { key, held };
+        Ok(self.prepared(action, Some(change), Object::Service(svc), taken))
     }
 
     fn rollback(&mut self, taken: Taken) {
@@ -531,11 +548,25 @@ impl Registry {
 
     // ---- Endpoints and EndpointSlices ----
 
+    /// Creates or updates an Endpoints or EndpointSlice now (prepare and commit in one
+    /// step, for callers that persist nothing: tests, benchmarks, fuzzers).
     pub fn apply_endpoints(
         &mut self,
         obj: EndpointsObject,
         stamp: &Stamp,
     ) -> Result<(Action, EndpointsObject), ApiError> {
+        let p = self.prepare_endpoints(obj, stamp)?;
+        let action = p.action();
+        match self.commit(p) {
+            Object::Endpoints(e) => Ok((action, e)),
+            Object::Service(_) => Err(ApiError::internal("an endpoints apply committed a Service")),
+        }
+    }
+
+    /// Prepares a create or update of an Endpoints or EndpointSlice: nothing changes
+    /// until [`Registry::commit`].
+    pub fn prepare_endpoints(&mut self, obj: EndpointsObject, stamp: &Stamp) -> Result<Prepared, ApiError> {
+        self.settle();
         match obj {
             EndpointsObject::Endpoints(mut e) => {
                 meta::default_namespace(&mut e.metadata);
@@ -548,11 +579,12 @@ impl Registry {
                 let old = self.endpoints.get(&key);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
                 if old == Some(&e) {
-                    return Ok((Action::Unchanged, EndpointsObject::Endpoints(e)));
+                    let obj = Object::Endpoints(EndpointsObject::Endpoints(e));
+                    return Ok(self.prepared(Action::Unchanged, None, obj, Taken::default()));
                 }
                 e.metadata.resource_version = Some(self.next_rv());
-                self.endpoints.insert(key, e.clone());
-                Ok((action, EndpointsObject::Endpoints(e)))
+                let obj = Object::Endpoints(EndpointsObject::Endpoints(e));
+                Ok(self.prepared(action, Some(write::Change::PutEndpoints), obj, Taken::default()))
             }
             EndpointsObject::Slice(mut e) => {
                 meta::default_namespace(&mut e.metadata);
@@ -565,11 +597,12 @@ impl Registry {
                 let old = self.slices.get(&key);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
                 if old == Some(&e) {
-                    return Ok((Action::Unchanged, EndpointsObject::Slice(e)));
+                    let obj = Object::Endpoints(EndpointsObject::Slice(e));
+                    return Ok(self.prepared(Action::Unchanged, None, obj, Taken::default()));
                 }
                 e.metadata.resource_version = Some(self.next_rv());
-                self.put_slice(e.clone());
-                Ok((action, EndpointsObject::Slice(e)))
+                let obj = Object::Endpoints(EndpointsObject::Slice(e));
+                Ok(self.prepared(action, Some(write::Change::PutEndpoints), obj, Taken::default()))
             }
         }
     }
@@ -607,18 +640,12 @@ impl Registry {
         out
     }
 
+    /// Deletes an Endpoints or EndpointSlice now (prepare and commit in one step).
     pub fn delete_endpoints(&mut self, kind: EndpointsKind, ns: &str, name: &str) -> Result<EndpointsObject, ApiError> {
-        let key = (ns.to_string(), name.to_string());
-        match kind {
-            EndpointsKind::Endpoints => self
-                .endpoints
-                .remove(&key)
-                .map(EndpointsObject::Endpoints)
-                .ok_or_else(|| ApiError::not_found("endpoints", name)),
-            EndpointsKind::EndpointSlice => self
-                .take_slice(&key)
-                .map(EndpointsObject::Slice)
-                .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
+        let p = self.prepare_delete_endpoints(kind, ns, name)?;
+        match self.commit(p) {
+            Object::Endpoints(e) => Ok(e),
+            Object::Service(_) => Err(ApiError::internal("an endpoints delete committed a Service")),
         }
     }
 }

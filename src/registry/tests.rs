@@ -168,7 +168,7 @@ fn reapply_without_nodeports_keeps_them_and_naming_one_moves_it() {
         .unwrap();
     assert_eq!(node_ports(&s4), vec![30001, first[1]]);
     let held: BTreeSet<u16> = r.node_ports.allocated().into_iter().collect();
-    assert_eq!(held, BTreeSet::from([30001, first[1] as u16]));
+    assert_eq!(held, BTreeSet::from([30001, u16::try_from(first[1]).unwrap()]));
     // The old port is free for someone else now.
     r.apply_service(np("other", json!([{"port": 1, "nodePort": first[0]}])), &stamp()).unwrap();
 }
@@ -226,7 +226,7 @@ fn same_port_number_different_protocols_share_one_nodeport() {
 fn type_change_to_clusterip_releases_nodeports() {
     let mut r = reg();
     let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
-    let p = node_ports(&s)[0] as u16;
+    let p = u16::try_from(node_ports(&s)[0]).unwrap();
     let mut c = s.clone();
     c.spec.type_ = Some("ClusterIP".into());
     // Still carrying the old nodePort (as `get -o json` prints it): dropped, not an error.
@@ -287,7 +287,7 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     c.spec.external_traffic_policy = Some("Cluster".into());
     let (_, s3) = r.apply_service(c, &stamp()).unwrap();
     assert_eq!(s3.spec.health_check_node_port, None);
-    assert!(!r.node_ports.is_allocated(hc as u16));
+    assert!(!r.node_ports.is_allocated(u16::try_from(hc).unwrap()));
     // allocateLoadBalancerNodePorts: false: only named node ports.
     let no = svc(
         json!({"metadata": {"name": "nonp"}, "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
@@ -305,12 +305,12 @@ fn health_check_node_port_and_lb_node_port_opt_out() {
     off.spec.allocate_load_balancer_node_ports = Some(false);
     let kept = off.spec.ports[1].node_port;
     off.spec.ports[0].node_port = None;
-    let freed = lb3.spec.ports[0].node_port.unwrap() as u16;
+    let freed = u16::try_from(lb3.spec.ports[0].node_port.unwrap()).unwrap();
     let (_, s5) = r.apply_service(off, &stamp()).unwrap();
     assert_eq!(s5.spec.ports[0].node_port, None);
     assert_eq!(s5.spec.ports[1].node_port, kept);
     assert!(!r.node_ports.is_allocated(freed));
-    assert!(r.node_ports.is_allocated(kept.unwrap() as u16));
+    assert!(r.node_ports.is_allocated(u16::try_from(kept.unwrap()).unwrap()));
 }
 
 #[test]
@@ -870,7 +870,7 @@ mod prop {
         let mut ips = BTreeSet::new();
         for s in r.list_services(None) {
             let own_ports: BTreeSet<u16> =
-                super::service::node_port_values(&s).into_iter().map(|(_, v)| v as u16).collect();
+                super::service::node_port_values(&s).into_iter().map(|(_, v)| u16::try_from(v).unwrap()).collect();
             for p in own_ports {
                 prop_assert!(ports.insert(p), "nodePort {} held by two services", p);
             }
@@ -983,7 +983,7 @@ fn type_change_round_trip_drops_and_frees_obsolete_values() {
     let mut r = reg();
     // NodePort -> ClusterIP still carrying the nodePort: accepted, port freed.
     let (_, s) = r.apply_service(np("web", json!([{"port": 80}])), &stamp()).unwrap();
-    let port = node_ports(&s)[0] as u16;
+    let port = u16::try_from(node_ports(&s)[0]).unwrap();
     let mut c = s.clone();
     c.spec.type_ = Some("ClusterIP".into());
     let (_, c) = r.apply_service(c, &stamp()).unwrap();
@@ -1000,7 +1000,7 @@ fn type_change_round_trip_drops_and_frees_obsolete_values() {
 
     // externalTrafficPolicy Local -> Cluster carrying healthCheckNodePort: dropped, freed.
     let (_, lb) = r.apply_service(lb_local("lb"), &stamp()).unwrap();
-    let hc = lb.spec.health_check_node_port.unwrap() as u16;
+    let hc = u16::try_from(lb.spec.health_check_node_port.unwrap()).unwrap();
     let mut cl = lb.clone();
     cl.spec.external_traffic_policy = Some("Cluster".into());
     let (_, cl) = r.apply_service(cl, &stamp()).unwrap();
@@ -1008,7 +1008,7 @@ fn type_change_round_trip_drops_and_frees_obsolete_values() {
     assert!(!r.node_ports.is_allocated(hc));
     // LoadBalancer -> NodePort carrying it and allocateLoadBalancerNodePorts: both dropped.
     let (_, lb2) = r.apply_service(lb_local("lb2"), &stamp()).unwrap();
-    let hc2 = lb2.spec.health_check_node_port.unwrap() as u16;
+    let hc2 = u16::try_from(lb2.spec.health_check_node_port.unwrap()).unwrap();
     let mut n = lb2.clone();
     n.spec.type_ = Some("NodePort".into());
     let (_, n) = r.apply_service(n, &stamp()).unwrap();

@@ -64,11 +64,135 @@ pub struct Stored {
     pub object: Value,
 }
 
+/// One file-system step of a write, as a fault hook sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoStep {
+    CreateDir,
+    CreateTemp,
+    WriteTemp,
+    FsyncTemp,
+    Rename,
+    Remove,
+    FsyncDir,
+}
+
+/// Called before every step of a write; an error makes the step fail with it (tests
+/// inject ENOSPC, EROFS, EIO at the store's I/O boundary this way).
+pub type FaultHook = Box<dyn FnMut(IoStep, &Path) -> io::Result<()> + Send>;
+
+/// One change of a batch: write `object`, or remove the file when it is `None`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub object: Option<&'a Value>,
+}
+
+/// An [`Op`] that owns its data, to hand to the [`Writer`] thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnedOp {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub object: Option<Value>,
+}
+
+impl OwnedOp {
+    fn borrowed(&self) -> Op<'_> {
+        Op { kind: self.kind, namespace: &self.namespace, name: &self.name, object: self.object.as_ref() }
+    }
+}
+
+struct Job {
+    ops: Vec<OwnedOp>,
+    reply: tokio::sync::oneshot::Sender<Vec<Outcome>>,
+}
+
+/// The store on its own thread, so fsyncs never block the event loop. Jobs that arrive
+/// while a batch is being written are written together as the next batch (group
+/// commit): concurrent writes share their directory fsyncs. Jobs must not name an
+/// object another job in flight names (the caller serialises writes per object).
+#[derive(Clone)]
+pub struct Writer {
+    tx: std::sync::mpsc::Sender<Job>,
+    writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    batches: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Writer {
+    pub fn spawn(mut store: Store) -> io::Result<Writer> {
+        use std::sync::atomic::Ordering;
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let writes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(store.writes));
+        let batches = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (w, b) = (writes.clone(), batches.clone());
+        std::thread::Builder::new().name("nodeportd-store".into()).spawn(move || {
+            while let Ok(first) = rx.recv() {
+                let mut jobs = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    jobs.push(more);
+                }
+                let ops: Vec<Op<'_>> = jobs.iter().flat_map(|j| j.ops.iter().map(OwnedOp::borrowed)).collect();
+                let mut outcomes = store.apply(&ops).into_iter();
+                w.store(store.writes, Ordering::Relaxed);
+                b.fetch_add(1, Ordering::Relaxed);
+                for job in jobs {
+                    let mine: Vec<Outcome> = outcomes.by_ref().take(job.ops.len()).collect();
+                    let _ = job.reply.send(mine);
+                }
+            }
+        })?;
+        Ok(Writer { tx, writes, batches })
+    }
+
+    /// Write a batch durably on the store thread; one outcome per op, in order.
+    pub async fn write(&self, ops: Vec<OwnedOp>) -> Vec<Outcome> {
+        let n = ops.len();
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let gone = || (0..n).map(|_| Outcome::NotWritten(StoreError("the store thread is gone".into()))).collect();
+        if self.tx.send(Job { ops, reply }).is_err() {
+            return gone();
+        }
+        rx.await.unwrap_or_else(|_| gone())
+    }
+
+    /// Files written since start.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Batches written since start (each with its shared fsyncs).
+    pub fn batches(&self) -> u64 {
+        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// What became of one change of a batch.
 #[derive(Debug)]
+pub enum Outcome {
+    /// Durable.
+    Done,
+    /// Nothing changed on disk (no temp file is left either).
+    NotWritten(StoreError),
+    /// The file was renamed into place (or removed), so a restart reads the new state,
+    /// but the directory fsync failed: durability across a power cut is not confirmed.
+    Unconfirmed(StoreError),
+}
+
 pub struct Store {
     root: PathBuf,
     /// Number of files written since start (status, tests: "no rewrite when nothing changed").
     pub writes: u64,
+    /// Directory fsyncs since start (a batch shares one per directory).
+    pub dir_syncs: u64,
+    fault: Option<FaultHook>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("root", &self.root).field("writes", &self.writes).finish()
+    }
 }
 
 /// Names become file names: refuse anything that could escape the directory.
@@ -107,7 +231,7 @@ impl Store {
                 }
             }
         }
-        Ok((Store { root, writes: 0 }, objects))
+        Ok((Store { root, writes: 0, dir_syncs: 0, fault: None }, objects))
     }
 
     fn path(&self, kind: Kind, namespace: &str, name: &str) -> Result<(PathBuf, PathBuf), StoreError> {
@@ -119,48 +243,198 @@ impl Store {
         Ok((dir, file))
     }
 
+    /// Make every later write step pass through `hook` first (tests).
+    pub fn set_fault_hook(&mut self, hook: Option<FaultHook>) {
+        self.fault = hook;
+    }
+
+    fn step(&mut self, step: IoStep, path: &Path) -> io::Result<()> {
+        match &mut self.fault {
+            Some(hook) => hook(step, path),
+            None => Ok(()),
+        }
+    }
+
     /// Write one object durably.
     pub fn put(&mut self, kind: Kind, namespace: &str, name: &str, object: &Value) -> Result<(), StoreError> {
-        let (dir, file) = self.path(kind, namespace, name)?;
+        single(self.apply(&[Op { kind, namespace, name, object: Some(object) }]))
+    }
+
+    /// Remove one object durably; absent is fine.
+    pub fn delete(&mut self, kind: Kind, namespace: &str, name: &str) -> Result<(), StoreError> {
+        single(self.apply(&[Op { kind, namespace, name, object: None }]))
+    }
+
+    /// Apply a batch of changes with shared fsyncs (group commit): every temp file is
+    /// written and fsynced, then all are renamed into place (removals done), then each
+    /// directory touched is fsynced once. One outcome per change, in order; a change
+    /// that fails before its rename leaves nothing behind, its temp file included.
+    /// A batch must not name one object twice.
+    pub fn apply(&mut self, ops: &[Op<'_>]) -> Vec<Outcome> {
+        let mut out: Vec<Option<Outcome>> = ops.iter().map(|_| None).collect();
+        // Phase 1: temp files, each written and fsynced.
+        let mut staged: Vec<(usize, PathBuf, PathBuf, PathBuf)> = Vec::new(); // (op, dir, tmp, file)
+        let mut removals: Vec<(usize, PathBuf, PathBuf)> = Vec::new(); // (op, dir, file)
+        for (i, op) in ops.iter().enumerate() {
+            let (dir, file) = match self.path(op.kind, op.namespace, op.name) {
+                Ok(x) => x,
+                Err(e) => {
+                    out[i] = Some(Outcome::NotWritten(e));
+                    continue;
+                }
+            };
+            match op.object {
+                None => removals.push((i, dir, file)),
+                Some(object) => match self.stage(&dir, op.namespace, op.name, object) {
+                    Ok(tmp) => staged.push((i, dir, tmp, file)),
+                    Err(e) => out[i] = Some(Outcome::NotWritten(e)),
+                },
+            }
+        }
+        // Phase 2: into place. From here a restart reads the new state.
+        let mut touched: Vec<(PathBuf, Vec<usize>)> = Vec::new();
+        let mut touch = |dir: PathBuf, i: usize| match touched.iter_mut().find(|(d, _)| *d == dir) {
+            Some((_, v)) => v.push(i),
+            None => touched.push((dir, vec![i])),
+        };
+        for (i, dir, tmp, file) in staged {
+            match self.step(IoStep::Rename, &file).and_then(|()| fs::rename(&tmp, &file)) {
+                Ok(()) => {
+                    self.writes += 1;
+                    touch(dir, i);
+                }
+                Err(e) => {
+                    let _ = fs::remove_file(&tmp);
+                    out[i] = Some(Outcome::NotWritten(io_err(&file, "cannot rename into place", e)));
+                }
+            }
+        }
+        for (i, dir, file) in removals {
+            match self.step(IoStep::Remove, &file).and_then(|()| fs::remove_file(&file)) {
+                Ok(()) => {
+                    self.writes += 1;
+                    touch(dir, i);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => out[i] = Some(Outcome::Done),
+                Err(e) => out[i] = Some(Outcome::NotWritten(io_err(&file, "cannot remove", e))),
+            }
+        }
+        // Phase 3: one fsync per directory.
+        for (dir, members) in touched {
+            let r = self.fsync_dir(&dir);
+            for i in members {
+                out[i] = Some(match &r {
+                    Ok(()) => Outcome::Done,
+                    Err(e) => Outcome::Unconfirmed(StoreError(e.0.clone())),
+                });
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::NotWritten(StoreError("not attempted".into())))).collect()
+    }
+
+    /// Write and fsync the temp file of one object; on failure nothing is left.
+    fn stage(&mut self, dir: &Path, namespace: &str, name: &str, object: &Value) -> Result<PathBuf, StoreError> {
         if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(|e| io_err(&dir, "cannot create directory", e))?;
+            self.step(IoStep::CreateDir, dir)
+                .and_then(|()| fs::create_dir_all(dir))
+                .map_err(|e| io_err(dir, "cannot create directory", e))?;
             if let Some(parent) = dir.parent() {
-                fsync_dir(parent)?;
+                self.fsync_dir(parent)?;
             }
         }
         let env = Envelope { schema: SCHEMA, object: object.clone() };
         let bytes =
             serde_json::to_vec(&env).map_err(|e| StoreError(format!("cannot encode {namespace}/{name}: {e}")))?;
         let tmp = dir.join(format!(".{name}.json.tmp"));
-        {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .map_err(|e| io_err(&tmp, "cannot create", e))?;
-            f.write_all(&bytes).map_err(|e| io_err(&tmp, "cannot write", e))?;
-            f.sync_all().map_err(|e| io_err(&tmp, "cannot fsync", e))?;
+        let r = self.write_temp(&tmp, &bytes);
+        if r.is_err() {
+            // ENOSPC, EROFS, EIO...: the old file (if any) is intact; leave no temp file.
+            let _ = fs::remove_file(&tmp);
         }
-        fs::rename(&tmp, &file).map_err(|e| io_err(&file, "cannot rename into place", e))?;
-        fsync_dir(&dir)?;
-        self.writes += 1;
-        Ok(())
+        r.map(|()| tmp)
     }
 
-    /// Remove one object durably; absent is fine.
-    pub fn delete(&mut self, kind: Kind, namespace: &str, name: &str) -> Result<(), StoreError> {
-        let (dir, file) = self.path(kind, namespace, name)?;
-        match fs::remove_file(&file) {
-            Ok(()) => {
-                fsync_dir(&dir)?;
-                self.writes += 1;
-                Ok(())
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_err(&file, "cannot remove", e)),
-        }
+    fn write_temp(&mut self, tmp: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+        self.step(IoStep::CreateTemp, tmp).map_err(|e| io_err(tmp, "cannot create", e))?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp)
+            .map_err(|e| io_err(tmp, "cannot create", e))?;
+        self.step(IoStep::WriteTemp, tmp)
+            .and_then(|()| f.write_all(bytes))
+            .map_err(|e| io_err(tmp, "cannot write", e))?;
+        self.step(IoStep::FsyncTemp, tmp).and_then(|()| f.sync_all()).map_err(|e| io_err(tmp, "cannot fsync", e))
     }
+
+    fn fsync_dir(&mut self, dir: &Path) -> Result<(), StoreError> {
+        self.dir_syncs += 1;
+        self.step(IoStep::FsyncDir, dir)
+            .and_then(|()| File::open(dir))
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err(dir, "cannot fsync directory", e))
+    }
+}
+
+/// The outcome of a one-change batch as a plain result.
+fn single(mut v: Vec<Outcome>) -> Result<(), StoreError> {
+    match v.pop() {
+        Some(Outcome::Done) => Ok(()),
+        Some(Outcome::NotWritten(e) | Outcome::Unconfirmed(e)) => Err(e),
+        None => Err(StoreError("empty batch".into())),
+    }
+}
+
+/// The name of the lock file in `state_dir`.
+pub const LOCK_FILE: &str = "nodeportd.lock";
+
+/// An exclusive `flock` on `<state_dir>/nodeportd.lock`, held for the daemon's life (the
+/// kernel drops it when the process ends, however it ends). The file holds the pid.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: File,
+}
+
+/// Take the state directory for this process, or fail at once naming the process that
+/// holds it. Must come before anything else touches the directory (`Store::open`
+/// removes leftover temp files, which would be the live daemon's writes in progress).
+pub fn lock_state_dir(state_dir: &Path) -> Result<StateLock, StoreError> {
+    use std::io::{Read, Seek};
+    use std::os::fd::AsRawFd;
+    fs::create_dir_all(state_dir).map_err(|e| io_err(state_dir, "cannot create state directory", e))?;
+    let path = state_dir.join(LOCK_FILE);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io_err(&path, "cannot open lock file", e))?;
+    // SAFETY: flock only takes an fd, which `file` keeps open for the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            let holder = match text.trim().parse::<u32>() {
+                Ok(pid) => format!("nodeportd pid {pid}"),
+                Err(_) => "another process".to_string(),
+            };
+            return Err(StoreError(format!(
+                "{}: state directory is in use by {holder} (lock file {}); one daemon per state_dir",
+                state_dir.display(),
+                path.display()
+            )));
+        }
+        return Err(io_err(&path, "cannot lock", e));
+    }
+    file.set_len(0).map_err(|e| io_err(&path, "cannot write lock file", e))?;
+    file.rewind().map_err(|e| io_err(&path, "cannot write lock file", e))?;
+    file.write_all(format!("{}\n", std::process::id()).as_bytes())
+        .map_err(|e| io_err(&path, "cannot write lock file", e))?;
+    Ok(StateLock { _file: file })
 }
 
 fn file_name(p: &Path) -> String {
@@ -188,10 +462,6 @@ fn read_object(file: &Path) -> Result<Value, StoreError> {
         )));
     }
     Ok(env.object)
-}
-
-fn fsync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, "cannot fsync directory", e))
 }
 
 #[cfg(test)]
@@ -250,6 +520,75 @@ mod tests {
         let (_, objs) = Store::open(dir.path()).unwrap();
         assert_eq!(objs.len(), 1);
         assert_eq!(objs[0].object, json!({"v": 1}));
+    }
+
+    #[test]
+    fn the_state_lock_is_exclusive_and_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock = lock_state_dir(dir.path()).unwrap();
+        let text = fs::read_to_string(dir.path().join(LOCK_FILE)).unwrap();
+        assert_eq!(text.trim(), std::process::id().to_string());
+        // flock locks belong to the open file description: a second open in this
+        // process conflicts just like another process would.
+        let e = lock_state_dir(dir.path()).unwrap_err();
+        assert!(e.0.contains(&format!("nodeportd pid {}", std::process::id())), "{e}");
+        drop(lock);
+        lock_state_dir(dir.path()).unwrap();
+    }
+
+    /// Group commit: jobs that arrive while a batch is being written go together in the
+    /// next batch; the caller's thread never waits for the disk but in `write().await`.
+    #[test]
+    fn the_writer_thread_batches_concurrent_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::open(dir.path()).unwrap();
+        let gate = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let held = gate.lock().unwrap();
+        let g = gate.clone();
+        // The first directory fsync waits for the test to open the gate.
+        store.set_fault_hook(Some(Box::new(move |step: IoStep, _p: &Path| {
+            if step == IoStep::FsyncDir {
+                drop(g.lock().unwrap());
+            }
+            Ok(())
+        })));
+        let w = Writer::spawn(store).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let op = |name: &str| OwnedOp {
+            kind: Kind::Service,
+            namespace: "default".into(),
+            name: name.into(),
+            object: Some(json!({"n": name})),
+        };
+        let outcomes = rt.block_on(async {
+            let first = tokio::spawn({
+                let w = w.clone();
+                let o = op("a");
+                async move { w.write(vec![o]).await }
+            });
+            // Let the first job reach the blocked fsync, then queue ten more.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            let rest: Vec<_> = (0..10)
+                .map(|i| {
+                    let w = w.clone();
+                    let o = op(&format!("b{i}"));
+                    tokio::spawn(async move { w.write(vec![o]).await })
+                })
+                .collect();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert_eq!(w.batches(), 0, "the first batch is still waiting on its fsync");
+            drop(held);
+            let mut all = vec![first.await.unwrap()];
+            for r in rest {
+                all.push(r.await.unwrap());
+            }
+            all
+        });
+        assert!(outcomes.iter().flatten().all(|o| matches!(o, Outcome::Done)));
+        assert_eq!(w.writes(), 11);
+        assert_eq!(w.batches(), 2, "the ten jobs queued behind the first must share one batch");
+        let (_, objs) = Store::open(dir.path()).unwrap();
+        assert_eq!(objs.len(), 11);
     }
 
     #[test]

@@ -240,7 +240,7 @@ impl BlobBuf {
             self.too_long.get_or_insert(len);
         }
         let head: [u8; 4] = self.buf[open.0..open.0 + HDR].try_into().unwrap_or_default();
-        let word = u32::from_be_bytes(head) & !LEN_MASK | (len as u32 & LEN_MASK);
+        let word = u32::from_be_bytes(head) & !LEN_MASK | (u32::try_from(len).unwrap_or(LEN_MASK) & LEN_MASK);
         self.buf[open.0..open.0 + HDR].copy_from_slice(&word.to_be_bytes());
         self.buf.resize(open.0 + pad4(len), 0);
     }

@@ -190,7 +190,7 @@ async fn session(path: &PathBuf, call: &Call, events: &Queue, registered: &mut O
                         }
                     }
                     kind::INVOKE => {
-                        for reply in answer(&m, obj, call) {
+                        for reply in answer(&m, obj, call).await {
                             write(&mut s, &reply).await?;
                         }
                     }
@@ -207,12 +207,15 @@ async fn session(path: &PathBuf, call: &Call, events: &Queue, registered: &mut O
 }
 
 /// The messages that answer one INVOKE (none when the caller asked for no reply).
-fn answer(m: &msg::Message<'_>, obj: Option<u32>, call: &Call) -> Vec<Vec<u8>> {
+async fn answer(m: &msg::Message<'_>, obj: Option<u32>, call: &Call) -> Vec<Vec<u8>> {
     let (seq, peer) = (m.hdr.seq, m.hdr.peer);
     let target = m.u32(attr::OBJID);
     let method = m.string(attr::METHOD);
     let a = match (obj, target) {
-        (Some(ours), Some(t)) if ours == t => object::invoke(&**call, method, m.data_json()),
+        (Some(ours), Some(t)) if ours == t => match object::request(method, m.data_json()) {
+            Ok((rpc, params)) => object::answer(call(rpc, params).await),
+            Err(a) => a,
+        },
         _ => object::Answer { data: None, status: status::NOT_FOUND },
     };
     if m.u8(attr::NO_REPLY) == Some(1) {

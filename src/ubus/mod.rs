@@ -53,8 +53,9 @@ impl std::fmt::Display for Setting {
     }
 }
 
-/// What the object's methods call: the socket API's request handler.
-pub type Call = Rc<dyn Fn(&str, Value) -> Result<Value, RpcError>>;
+/// What the object's methods call: the socket API's request handler (a write waits for
+/// the store, so the answer comes later).
+pub type Call = Rc<dyn Fn(&str, Value) -> futures::future::LocalBoxFuture<'static, Result<Value, RpcError>>>;
 
 /// A ubus event: `ubus listen ID` shows `{ "ID": DATA }`.
 #[derive(Debug, Clone, PartialEq)]

@@ -54,23 +54,28 @@ pub struct Answer {
     pub status: u32,
 }
 
-/// Answer one INVOKE of `method` with the arguments `args` (the DATA attribute).
-pub fn invoke(
-    call: &dyn Fn(&str, Value) -> Result<Value, RpcError>,
+/// The socket API method and parameters one INVOKE of `method` with the arguments
+/// `args` (the DATA attribute) asks for, or the answer when it asks for nothing valid.
+pub fn request(
     method: Option<&str>,
     args: Option<Result<Map<String, Value>, BlobError>>,
-) -> Answer {
+) -> Result<(&'static str, Value), Answer> {
     let no_data = |status| Answer { data: None, status };
     let Some(spec) = method.and_then(|m| METHODS.iter().find(|s| s.ubus == m)) else {
-        return no_data(status::METHOD_NOT_FOUND);
+        return Err(no_data(status::METHOD_NOT_FOUND));
     };
     let mut params = match args {
         Some(Ok(map)) => map,
         // libubus answers a call without arguments, or with malformed ones, this way.
-        None | Some(Err(_)) => return no_data(status::INVALID_ARGUMENT),
+        None | Some(Err(_)) => return Err(no_data(status::INVALID_ARGUMENT)),
     };
     params.remove(SESSION_ARG);
-    let data = match call(spec.rpc, Value::Object(params)) {
+    Ok((spec.rpc, Value::Object(params)))
+}
+
+/// The answer to a call from the handler's result.
+pub fn answer(result: Result<Value, RpcError>) -> Answer {
+    let data = match result {
         Ok(Value::Object(m)) => m,
         Ok(other) => {
             let mut m = Map::new();
@@ -80,6 +85,18 @@ pub fn invoke(
         Err(e) => error_reply(&e),
     };
     Answer { data: Some(data), status: status::OK }
+}
+
+/// Answer one INVOKE with a handler that answers at once ([`request`] then [`answer`]).
+pub fn invoke(
+    call: &dyn Fn(&str, Value) -> Result<Value, RpcError>,
+    method: Option<&str>,
+    args: Option<Result<Map<String, Value>, BlobError>>,
+) -> Answer {
+    match request(method, args) {
+        Ok((rpc, params)) => answer(call(rpc, params)),
+        Err(a) => a,
+    }
 }
 
 /// `{"error": {...}}` for a failed request.

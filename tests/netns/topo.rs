@@ -56,7 +56,7 @@ pub fn here() -> PathBuf {
 }
 
 /// Whether this machine can run the tests (root, ip, nft, python3). When it cannot, the
-/// tests skip, unless NODEPORTD_REQUIRE_NETNS is set (tests/netns/run.sh sets it).
+/// tests skip, unless NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set (tests/netns/run.sh sets it).
 pub fn available() -> bool {
     let ok =
         |cmd: &str, args: &[&str]| Command::new(cmd).args(args).output().map(|o| o.status.success()).unwrap_or(false);
@@ -66,8 +66,9 @@ pub fn available() -> bool {
         && ok("python3", &["--version"]);
     if !usable {
         assert!(
-            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none(),
-            "NODEPORTD_REQUIRE_NETNS is set but root, ip, nft or python3 is missing"
+            std::env::var_os("NODEPORTD_REQUIRE_NETNS").is_none()
+                && std::env::var_os("NODEPORTD_REQUIRE_ROOT").is_none(),
+            "NODEPORTD_REQUIRE_NETNS or NODEPORTD_REQUIRE_ROOT is set but root, ip, nft or python3 is missing"
         );
         eprintln!("skipped: needs root, iproute2, nft and python3");
     }

@@ -16,10 +16,15 @@ pub struct Netns {
 }
 
 impl Netns {
-    /// A fresh namespace, or `None` (test skipped) when not root.
+    /// A fresh namespace, or `None` (test skipped) when not root. When CI runs the
+    /// tests (NODEPORTD_REQUIRE_ROOT, tests/run.sh sets it) not being root is a failure.
     pub fn new() -> Option<Netns> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var_os("NODEPORTD_REQUIRE_ROOT").is_none(),
+                "NODEPORTD_REQUIRE_ROOT is set but the nf_tables tests are not running as root"
+            );
             eprintln!("skipping: nf_tables tests need root");
             return None;
         }
