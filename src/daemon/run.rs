@@ -165,7 +165,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         // The data plane worker thread owns the kernel; starting it fails without nf_tables.
-        let (worker, outcomes) = super::sync::Worker::start(&cfg, args.dry_run)?;
+        let (worker, outcomes) = super::sync::Worker::start(&cfg, args.dry_run).await?;
         let wake = Rc::new(Notify::new());
         let (ubus_events, ubus_rx) = crate::ubus::Events::channel();
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;

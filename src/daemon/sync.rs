@@ -108,13 +108,13 @@ pub struct Worker {
 
 impl Worker {
     /// Starts the worker thread. In a dry run it prints the table instead.
-    pub fn start(cfg: &Config, dry_run: bool) -> Result<(Worker, mpsc::UnboundedReceiver<SyncOutcome>), String> {
+    pub async fn start(cfg: &Config, dry_run: bool) -> Result<(Worker, mpsc::UnboundedReceiver<SyncOutcome>), String> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (out_tx, out_rx) = mpsc::unbounded_channel();
         let table = cfg.table.clone();
         // The sockets belong to the worker's own event loop, so they are opened there;
         // a missing nf_tables still fails the start.
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name("dataplane".into())
             .spawn(move || {
@@ -142,7 +142,7 @@ impl Worker {
                 });
             })
             .map_err(|e| format!("cannot start the data plane worker: {e}"))?;
-        ready_rx.recv().map_err(|_| "the data plane worker stopped at start".to_string())??;
+        ready_rx.await.map_err(|_| "the data plane worker stopped at start".to_string())??;
         Ok((Worker { tx }, out_rx))
     }
 }

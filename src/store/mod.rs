@@ -116,16 +116,18 @@ struct Job {
 #[derive(Clone)]
 pub struct Writer {
     tx: std::sync::mpsc::Sender<Job>,
-    writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    batches: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    writes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    batches: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Writer {
     pub fn spawn(mut store: Store) -> io::Result<Writer> {
         use std::sync::atomic::Ordering;
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
-        let writes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(store.writes));
-        let batches = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let writes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(
+            usize::try_from(store.writes).unwrap_or(usize::MAX),
+        ));
+        let batches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let (w, b) = (writes.clone(), batches.clone());
         std::thread::Builder::new().name("nodeportd-store".into()).spawn(move || {
             while let Ok(first) = rx.recv() {
@@ -135,7 +137,7 @@ impl Writer {
                 }
                 let ops: Vec<Op<'_>> = jobs.iter().flat_map(|j| j.ops.iter().map(OwnedOp::borrowed)).collect();
                 let mut outcomes = store.apply(&ops).into_iter();
-                w.store(store.writes, Ordering::Relaxed);
+                w.store(usize::try_from(store.writes).unwrap_or(usize::MAX), Ordering::Relaxed);
                 b.fetch_add(1, Ordering::Relaxed);
                 for job in jobs {
                     let mine: Vec<Outcome> = outcomes.by_ref().take(job.ops.len()).collect();
@@ -159,12 +161,12 @@ impl Writer {
 
     /// Files written since start.
     pub fn writes(&self) -> u64 {
-        self.writes.load(std::sync::atomic::Ordering::Relaxed)
+        self.writes.load(std::sync::atomic::Ordering::Relaxed) as u64
     }
 
     /// Batches written since start (each with its shared fsyncs).
     pub fn batches(&self) -> u64 {
-        self.batches.load(std::sync::atomic::Ordering::Relaxed)
+        self.batches.load(std::sync::atomic::Ordering::Relaxed) as u64
     }
 }
 
