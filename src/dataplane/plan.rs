@@ -309,11 +309,6 @@ impl Planner {
             })
             .collect()
     }
-
-    /// How many services the table holds.
-    pub fn services(&self) -> usize {
-        self.pieces.len()
-    }
 }
 
 /// The whole desired table for `input`'s services, as the daemon would program it
