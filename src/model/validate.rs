@@ -437,7 +437,8 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
         Some(p) => e.unsupported("spec.internalTrafficPolicy", p, &["Cluster", "Local"]),
     }
     if let Some(td) = spec.traffic_distribution.as_deref() {
-        const TD: &[&str] = &["PreferClose", "PreferSameNode", "PreferSameZone"];
+        // In the API server's order (not sorted), as its message lists them.
+        const TD: &[&str] = &["PreferClose", "PreferSameZone", "PreferSameNode"];
         if !TD.contains(&td) {
             e.unsupported("spec.trafficDistribution", td, TD);
         }
@@ -1086,7 +1087,10 @@ mod tests {
         s.spec.traffic_distribution = Some("PreferClose".into());
         ok(&s);
         s.spec.traffic_distribution = Some("Anywhere".into());
-        assert!(err(&s).contains("spec.trafficDistribution: Unsupported value: \"Anywhere\""));
+        assert_eq!(
+            err(&s),
+            "Service \"web\" is invalid: spec.trafficDistribution: Unsupported value: \"Anywhere\": supported values: \"PreferClose\", \"PreferSameZone\", \"PreferSameNode\""
+        );
     }
 
     #[test]

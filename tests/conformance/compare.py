@@ -377,6 +377,56 @@ def scenarios_dual():
        apply(endpoints_obj("ep10", [{"addresses": [{"ip": "198.18.0.10"}], "ports": [{"port": 80}, {"port": 81}]}])))
     sc("Endpoints without subsets", apply(endpoints_obj("ep11", [])))
     sc("Endpoints IPv6 address", apply(endpoints_obj("ep12", [{"addresses": [{"ip": "2001:db8::10"}], "ports": [{"port": 80}]}])))
+
+    # --- more edges
+    sc("update with a stale resourceVersion",
+       apply(svc("x1", [80])), edit("x1", lambda o: {**o, "metadata": {**o["metadata"], "resourceVersion": "1"}}))
+    sc("delete of a missing Service", delete("x2-missing"))
+    sc("LB with allocateLoadBalancerNodePorts false and a static nodePort",
+       apply(lb_svc("x3", [{"port": 80, "nodePort": 30004}], allocateLoadBalancerNodePorts=False)))
+    sc("one static and one dynamic nodePort",
+       apply(np_svc("x4", [{"port": 80, "name": "a", "nodePort": 30006}, {"port": 81, "name": "b"}])))
+    sc("static IPv6 clusterIP = network address",
+       apply(svc("x5", [80], clusterIP="fd00:96::", ipFamilies=["IPv6"])))
+    sc("static IPv6 clusterIP = last address",
+       apply(svc("x6", [80], clusterIP="fd00:96::f", ipFamilies=["IPv6"])))
+    sc("static IPv6 clusterIP = first address",
+       apply(svc("x6b", [80], clusterIP="fd00:96::1", ipFamilies=["IPv6"])))
+    sc("clusterIPs with two IPv4 addresses",
+       apply(svc("x7", [80], ipFamilyPolicy="RequireDualStack", clusterIP="10.96.0.5", clusterIPs=["10.96.0.5", "10.96.0.6"])))
+    sc("SingleStack with two ipFamilies",
+       apply(svc("x8", [80], ipFamilyPolicy="SingleStack", ipFamilies=["IPv4", "IPv6"])))
+    sc("headless RequireDualStack with selector",
+       apply(svc("x9", [80], clusterIP="None", ipFamilyPolicy="RequireDualStack")))
+    sc("headless clusterIPs None",
+       apply(svc("x10", [80], clusterIP="None", clusterIPs=["None"])))
+    sc("ExternalName with a clusterIP",
+       apply(svc("x11", [80], type="ExternalName", externalName="db.example.com", clusterIP="10.96.0.4", selector=None)))
+    sc("ExternalName invalid externalName",
+       apply(svc("x12", [80], type="ExternalName", externalName="not_valid", selector=None)))
+    sc("port name with upper case", apply(svc("x13", [{"port": 80, "name": "Http"}])))
+    sc("invalid loadBalancerClass", apply(lb_svc("x14", loadBalancerClass="-bad-")))
+    sc("loadBalancerClass on NodePort", apply(np_svc("x15", loadBalancerClass="example.com/lb")))
+    sc("trafficDistribution PreferClose", apply(svc("x16", [80], trafficDistribution="PreferClose")))
+    sc("trafficDistribution invalid", apply(svc("x17", [80], trafficDistribution="Bogus")))
+    sc("status.loadBalancer in a create request",
+       apply({**lb_svc("x18"), "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.70"}]}}}))
+    sc("ClientIP on a headless Service", apply(svc("x19", [80], clusterIP="None", sessionAffinity="ClientIP")))
+    sc("UDP and SCTP ports", apply(np_svc("x20", [{"port": 53, "name": "u", "protocol": "UDP"},
+                                                  {"port": 9, "name": "s", "protocol": "SCTP"}])))
+    sc("NodePort type with ipFamilyPolicy RequireDualStack",
+       apply(np_svc("x21", ipFamilyPolicy="RequireDualStack")))
+    sc("LoadBalancer Local with static healthCheckNodePort",
+       apply(lb_svc("x22", externalTrafficPolicy="Local", healthCheckNodePort=30014)))
+    sc("changing clusterIPs secondary on update",
+       apply(svc("x23", [80], ipFamilyPolicy="RequireDualStack")),
+       edit("x23", lambda o: {**o, "spec": {**o["spec"], "clusterIPs": [
+           o["spec"]["clusterIPs"][0], "fd00:96::a" if o["spec"]["clusterIPs"][1] == "fd00:96::9" else "fd00:96::9"]}}))
+    sc("re-applying the stored object unchanged",
+       apply(np_svc("x24")), edit("x24", lambda o: o))
+    sc("port 65536", apply(svc("x25", [65536])))
+    sc("negative nodePort", apply(np_svc("x26", [{"port": 80, "nodePort": -1}])))
+    sc("Service without spec.ports and selector, type ClusterIP", apply(svc("x27", None, selector=None)))
     return S
 
 
@@ -627,6 +677,16 @@ def documented(api_err, npd_err):
         return "allocation failures: same text without the InternalError prefix, reason RangeFull/AlreadyAllocated/Invalid"
     if api_err is None and npd_err and 'Unsupported value: "FQDN"' in npd_err:
         return "FQDN EndpointSlices are refused by name (nodeportd DNATs to addresses)"
+    if api_err and api_err.startswith("Operation cannot be fulfilled") and npd_err is None:
+        return "apply ignores metadata.resourceVersion (objects come from another store)"
+    return None
+
+
+def documented_stored(api_obj, npd_obj):
+    if (api_obj and npd_obj and api_obj.get("spec") == npd_obj.get("spec")
+            and npd_obj.get("status", {}).get("loadBalancer", {}).get("ingress")
+            and not api_obj.get("status", {}).get("loadBalancer", {}).get("ingress")):
+        return "status.loadBalancer.ingress of the request is kept (the addresses a LoadBalancer answers on)"
     return None
 
 
@@ -679,6 +739,8 @@ def main():
                 notes.append(documented(e1, e2))
             elif e1 != e2:
                 diffs.append(f"    {label}: error{diff_text(e1, e2)}")
+            elif o1 != o2 and documented_stored(o1, o2):
+                notes.append(documented_stored(o1, o2))
             elif o1 != o2:
                 diffs.append(f"    {label}: stored{diff_text(json.dumps(o1, sort_keys=True), json.dumps(o2, sort_keys=True))}")
         last = outcome["apiserver"][-1]
