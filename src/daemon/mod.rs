@@ -12,8 +12,6 @@ pub mod health;
 pub mod node;
 pub mod run;
 pub mod status;
-// Being rewritten with the data plane (issue 11): its cast findings are left to that work.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub mod sync;
 pub mod ubus;
 
