@@ -564,8 +564,9 @@ class Nodeportd:
         p = subprocess.run([*self.ctl, *args], input=stdin, capture_output=True, text=True, timeout=60, env=self.env)
         return p.returncode, p.stdout, p.stderr
 
-    def apply(self, obj):
-        rc, out, err = self.c("apply", "-f", "-", "-o", "json", stdin=json.dumps(obj))
+    def one(self, *args, stdin=None):
+        """Run nodeportctl with `-o json`: (the object, None) or (None, its error)."""
+        rc, out, err = self.c(*args, "-o", "json", stdin=stdin)
         if rc != 0:
             return None, clean_err(err)
         got = json.loads(out)
@@ -573,14 +574,11 @@ class Nodeportd:
             got = got["items"][0]
         return got, None
 
+    def apply(self, obj):
+        return self.one("apply", "-f", "-", stdin=json.dumps(obj))
+
     def get(self, kind, name):
-        rc, out, err = self.c("get", kind_resource(kind), name, "-n", NS, "-o", "json")
-        if rc != 0:
-            return None, clean_err(err)
-        got = json.loads(out)
-        if got.get("kind") == "List":
-            got = got["items"][0]
-        return got, None
+        return self.one("get", kind_resource(kind), name, "-n", NS)
 
     def delete(self, kind, name):
         rc, out, err = self.c("delete", kind_resource(kind), name, "-n", NS)
