@@ -47,6 +47,8 @@ tests/smoke/run.sh
 step "OpenWrt packages"
 openwrt-package/build-ipk.sh
 tests/package/run.sh
+# The feed Makefile's PKG_HASH against release-tarball.sh's tarball (seconds).
+tests/package/release-tarball.sh
 # After tests/package/run.sh, which rebuilds dist/ipk from scratch.
 openwrt-package/build-luci-app.sh
 
