@@ -24,6 +24,7 @@ pub fn status(st: &State) -> Value {
             "inSync": dp.in_sync,
             "generation": dp.generation,
             "lastSyncMillis": dp.last_sync_millis,
+            "lastSyncSecondsAgo": dp.last_sync_at.map(|t| t.elapsed().as_secs()),
             "lastError": dp.last_error,
             "transactions": dp.transactions,
             "fullSyncs": dp.full_syncs,

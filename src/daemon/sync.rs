@@ -34,6 +34,8 @@ pub struct DataplaneStatus {
     pub in_sync: bool,
     pub generation: u64,
     pub last_sync_millis: Option<u64>,
+    /// When the last sync that worked ended (`status`: `lastSyncSecondsAgo`).
+    pub last_sync_at: Option<Instant>,
     pub last_error: Option<String>,
     pub transactions: u64,
     pub full_syncs: u64,
@@ -479,6 +481,7 @@ pub async fn sync_loop(
                         dp.in_sync = dp.pending == 0;
                         dp.last_error = None;
                         dp.last_sync_millis = Some(u64::try_from(o.elapsed.as_millis()).unwrap_or(u64::MAX));
+                        dp.last_sync_at = Some(Instant::now());
                         if a.committed {
                             dp.transactions += 1;
                             dp.last_messages = a.messages;

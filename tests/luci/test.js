@@ -316,9 +316,18 @@ async function statusPage(page, port) {
 	assert.equal(await page.textContent('#nodeportd-insync'), 'In sync');
 	const dpText = await page.textContent('#nodeportd-dataplane');
 	assert.ok(dpText.includes(`generation ${st.dataplane.generation}, took ${st.dataplane.lastSyncMillis} ms`), dpText);
+	/* When the last sync ran: the daemon's own figure (seconds ago, monotonic), shown as a
+	 * duration and the browser's clock time. */
+	const ago = st.dataplane.lastSyncSecondsAgo;
+	assert.ok(Number.isInteger(ago) && ago >= 0 && ago <= st.uptimeSeconds, `lastSyncSecondsAgo ${ago}`);
+	const lastSync = await page.textContent('#nodeportd-lastsync');
+	const m = /^(?:(\d+)d )?(?:(\d+)h )?(\d+)m (\d+)s ago \(.+\)$/.exec(lastSync);
+	assert.ok(m, lastSync);
+	const shown = ((Number(m[1] || 0) * 24 + Number(m[2] || 0)) * 60 + Number(m[3])) * 60 + Number(m[4]);
+	assert.ok(Math.abs(shown - ago) <= 10, `shown ${shown} s, status said ${ago} s`);
 	assert.ok(dpText.includes('inet nodeportd (dry run: nothing is programmed)'), dpText);
 	assert.ok(dpText.includes('luci-test'), dpText);
-	ok('dataplane state: in sync, generation, last sync');
+	ok('dataplane state: in sync, generation, last sync and when it ran');
 
 	const conflicts = await page.$$eval('#nodeportd-conflicts li', (els) => els.map((e) => e.textContent));
 	assert.ok(st.dataplane.conflicts.length > 0, 'the daemon reports the contested externalIP');

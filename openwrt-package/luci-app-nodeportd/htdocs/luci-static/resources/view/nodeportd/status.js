@@ -150,11 +150,6 @@ function bandBar(label, band) {
 }
 
 return view.extend({
-	/* When the page saw the dataplane generation change (the daemon reports how long a
-	 * sync took, not when it ran). */
-	syncSeen: null,
-	lastGeneration: null,
-
 	/* The lists are asked for again only when the daemon changed something: it writes
 	 * every accepted change to its store (store.writes) and resyncs the data plane
 	 * (dataplane.generation). So a poll of an idle router is one small call. */
@@ -185,12 +180,6 @@ return view.extend({
 		const dp = isObj(st.dataplane) ? st.dataplane : {};
 		const node = isObj(st.node) ? st.node : {};
 
-		if (dp.generation !== this.lastGeneration) {
-			if (this.lastGeneration !== null)
-				this.syncSeen = new Date();
-			this.lastGeneration = dp.generation;
-		}
-
 		const inSync = dp.inSync === true;
 		const rows = [
 			[ _('State'), E('span', {
@@ -201,7 +190,10 @@ return view.extend({
 			[ _('Last sync'), dp.lastSyncMillis != null
 				? _('generation %d, took %d ms').format(dp.generation, dp.lastSyncMillis)
 				: _('generation %d, no sync yet').format(dp.generation || 0) ],
-			[ _('Last change seen'), this.syncSeen ? this.syncSeen.toLocaleTimeString() : _('not since this page was opened') ],
+			[ _('Last sync at'), E('span', { 'id': 'nodeportd-lastsync' }, dp.lastSyncSecondsAgo != null
+				? _('%s ago (%s)').format('%t'.format(dp.lastSyncSecondsAgo),
+					new Date(Date.now() - dp.lastSyncSecondsAgo * 1000).toLocaleString())
+				: _('never')) ],
 			[ _('nftables table'), dp.table ? String(dp.table) + (dp.dryRun ? ' ' + _('(dry run: nothing is programmed)') : '') : '-' ],
 			[ _('Node'), String(node.name || '-') ],
 			[ _('Version'), String(st.version || '-') ],
