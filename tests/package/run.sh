@@ -385,13 +385,13 @@ for f in "${router_sh[@]}"; do
 	check "sh -n (dash) $rel" sh -n "$f"
 	check "busybox ash -n $rel" busybox sh -n "$f"
 done
-for f in "$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$root/cross/targets.sh"; do
+for f in "$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$here/release-tarball.sh" "$root/cross/targets.sh"; do
 	check "bash -n ${f#"$root"/}" bash -n "$f"
 done
 # The maintainer scripts carry OpenWrt's preambles verbatim (unquoted
 # ${IPKG_INSTROOT} and $@, sourcing a file shellcheck cannot see).
 check "shellcheck on every shell file" shellcheck -x -e SC1090,SC1091,SC2086,SC2068 "${router_sh[@]}" \
-	"$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$root/cross/targets.sh"
+	"$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$here/release-tarball.sh" "$root/cross/targets.sh"
 check "the ACL is JSON with a read and a write group" jq -e '
 	(.["nodeportd-read"].read.ubus.nodeportd | sort) == (["endpoints_get","endpoints_list","service_get","service_list","status"])
 	and (.["nodeportd-write"].write.ubus.nodeportd | sort) == (["endpoints_apply","endpoints_delete","service_apply","service_delete"])
