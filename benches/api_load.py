@@ -9,8 +9,10 @@ cost of real fsyncs), then measures over persistent Unix-socket connections:
      client applying its own Services in a loop;
   2. status p50/p99 from one more client (a process of its own) while 100 clients apply;
   3. `nodeportctl apply -f` of one List of N Services + N EndpointSlices, from the
-     command's start until it returns (every object durable and answered), and until
-     the daemon answers `status` after it.
+     command's start until it returns (every object durable and answered), until the
+     daemon answers `status` after it, and until `status` says `inSync` (the dry run's
+     worker has planned and printed the table); and `status` p50/p99 from a process of
+     its own while the command runs.
 
 Usage:
   benches/api_load.py --bin target/release/nodeportd --state-dir /dev/shm/np-bench \
@@ -149,12 +151,16 @@ def apply_load(sock, clients, seconds, tag, status_probe=False):
     return len(all_lat) / elapsed, all_lat, status_lat, errors
 
 
-def probe(sock, seconds):
-    """`status` every 10 ms on one connection for `seconds`; prints the latencies (JSON)."""
+def probe(sock, seconds, until_gone=None):
+    """`status` every 10 ms on one connection for `seconds` (or, with `until_gone`, until
+    that file is removed, after it first appears); prints the latencies (JSON)."""
     c = Conn(sock)
     lat = []
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    if until_gone:
+        while not os.path.exists(until_gone):
+            time.sleep(0.001)
+    while (os.path.exists(until_gone) if until_gone else time.perf_counter() < end):
         t = time.perf_counter()
         c.call("status", {})
         lat.append(time.perf_counter() - t)
@@ -165,7 +171,10 @@ def probe(sock, seconds):
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
-        probe(sys.argv[2], float(sys.argv[4]))
+        if sys.argv[3] == "--until-gone":
+            probe(sys.argv[2], 0, until_gone=sys.argv[4])
+        else:
+            probe(sys.argv[2], float(sys.argv[4]))
         return 0
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -210,18 +219,33 @@ def main():
             with open(path, "w") as f:
                 json.dump({"apiVersion": "v1", "kind": "List", "items": items}, f)
             env = dict(os.environ, NODEPORTD_SOCKET=d.sock)
+            # `status` from a process of its own while the List is applied.
+            probe_p = subprocess.Popen([sys.executable, __file__, "--probe", d.sock, "--until-gone", path + ".run"],
+                                       stdout=subprocess.PIPE)
+            open(path + ".run", "w").close()
             t = time.perf_counter()
             out = subprocess.run([a.bin, "ctl", "apply", "-f", path], env=env, capture_output=True)
             applied = time.perf_counter() - t
+            os.unlink(path + ".run")
+            st_out, _ = probe_p.communicate()
+            list_status = json.loads(st_out) if st_out.strip() else []
             c = Conn(d.sock)
             c.call("status", {})
             answered = time.perf_counter() - t
             st = c.call("status", {})
+            while not st.get("dataplane", {}).get("inSync"):
+                time.sleep(0.01)
+                st = c.call("status", {})
+            in_sync = time.perf_counter() - t
             c.close()
             lines = out.stdout.decode().count("\n")
             r = {"what": "apply -f List", "services": a.list, "endpointslices": a.list,
                  "exit": out.returncode, "lines_printed": lines, "apply_s": round(applied, 2),
-                 "until_status_answers_s": round(answered, 2),
+                 "until_status_answers_s": round(answered, 2), "until_in_sync_s": round(in_sync, 2),
+                 "status_p50_ms": round(pct(list_status, 50) * 1000, 2),
+                 "status_p99_ms": round(pct(list_status, 99) * 1000, 2),
+                 "status_max_ms": round(max(list_status) * 1000, 2) if list_status else None,
+                 "status_calls": len(list_status),
                  "store_writes": st.get("store", {}).get("writes"),
                  "store_batches": st.get("store", {}).get("batches")}
             results.append(r)
@@ -241,9 +265,11 @@ def main():
     for r in results:
         if r["what"] == "apply -f List":
             print("\napply -f List of %d Services + %d EndpointSlices: %s s (exit %d, %d lines), "
-                  "status answers at %s s; %s files in %s write batches"
+                  "status answers at %s s, in sync at %s s; %s files in %s write batches; status meanwhile p50 %s / p99 %s / "
+                  "max %s ms (%d calls)"
                   % (r["services"], r["endpointslices"], r["apply_s"], r["exit"], r["lines_printed"],
-                     r["until_status_answers_s"], r["store_writes"], r["store_batches"]))
+                     r["until_status_answers_s"], r["until_in_sync_s"], r["store_writes"], r["store_batches"], r["status_p50_ms"],
+                     r["status_p99_ms"], r["status_max_ms"], r["status_calls"]))
     return 0
 
 

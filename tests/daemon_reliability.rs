@@ -406,3 +406,40 @@ fn a_hundred_persistent_clients_are_all_served_with_the_default_config() {
     let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["objects"]["services"], 100, "{st}");
 }
+
+/// Issue 11/12: a large `objects.apply` is worked through 64 objects at a time, each step
+/// written (and awaited) on its own, so the event loop answers others between steps: 200
+/// objects are 4 store batches, not one; the results still come back in order.
+#[test]
+fn a_large_list_is_applied_in_steps_that_let_others_in() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let batches = || {
+        let out = d.ctl(&["status", "-o", "json"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        st["store"]["batches"].as_u64().unwrap()
+    };
+    let before = batches();
+    let objects: Vec<serde_json::Value> = (0..200)
+        .map(|i| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": format!("s{i}")},
+                "spec": {"ports": [{"port": 80}]}})
+        })
+        .collect();
+    let mut s = UnixStream::connect(&d.socket).unwrap();
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply",
+        "params": {"objects": objects}});
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let results = r["result"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 200);
+    for (i, res) in results.iter().enumerate() {
+        assert_eq!(res["action"], "created", "{res}");
+        assert_eq!(res["object"]["metadata"]["name"], format!("s{i}"));
+    }
+    assert_eq!(batches() - before, 4, "200 objects should be written in 4 steps of at most 64");
+}

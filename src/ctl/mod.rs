@@ -51,7 +51,12 @@ pub fn pretty(v: &Value) -> String {
 }
 
 fn list(items: Vec<Value>) -> Value {
-    json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}})
+    crate::api::rpc::object(vec![
+        ("apiVersion", "v1".into()),
+        ("kind", "List".into()),
+        ("items", Value::Array(items)),
+        ("metadata", json!({"resourceVersion": ""})),
+    ])
 }
 
 fn now() -> i64 {
@@ -222,11 +227,11 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
     let mut batches = true;
     let mut report = |obj: &crate::model::AnyObject, r: Result<Value, CallError>| -> Result<(), String> {
         match r {
-            Ok(r) => {
-                let action = r.get("action").and_then(Value::as_str).unwrap_or("configured");
+            Ok(mut r) => {
                 if json_out {
-                    stored.push(r.get("object").cloned().unwrap_or(Value::Null));
+                    stored.push(r.get_mut("object").map(Value::take).unwrap_or(Value::Null));
                 } else {
+                    let action = r.get("action").and_then(Value::as_str).unwrap_or("configured");
                     println!("{}/{}/{} {action}", obj.resource(), obj.meta().ns(), obj.meta().name);
                 }
                 Ok(())
@@ -239,12 +244,19 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
             Err(e) => Err(e.to_string()),
         }
     };
-    for chunk in batches_of(&objects) {
+    // Each object is encoded once: its size picks the batch, then it is moved in.
+    let mut items: Vec<Value> = objects.iter().map(|o| o.to_json()).collect();
+    let sizes: Vec<usize> = items.iter().map(|v| v.to_string().len() + 1).collect();
+    for range in batches_of(&sizes) {
+        let chunk = &objects[range.clone()];
         if batches {
-            let items: Vec<Value> = chunk.iter().map(|o| o.to_json()).collect();
-            match client.call("objects.apply", json!({ "objects": items })) {
-                Ok(r) => {
-                    let results = r.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+            let batch: Vec<Value> = items[range].iter_mut().map(Value::take).collect();
+            match client.call("objects.apply", crate::api::rpc::object(vec![("objects", Value::Array(batch))])) {
+                Ok(mut r) => {
+                    let results = match r.get_mut("results").map(Value::take) {
+                        Some(Value::Array(a)) => a,
+                        _ => Vec::new(),
+                    };
                     if results.len() != chunk.len() {
                         return Err(format!(
                             "bad answer from nodeportd: {} results for {} objects",
@@ -273,7 +285,7 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
                 "Service" => "service.apply",
                 _ => "endpoints.apply",
             };
-            let r = client.call(method, json!({"object": obj.to_json()}));
+            let r = client.call(method, crate::api::rpc::object(vec![("object", obj.to_json())]));
             report(obj, r)?;
         }
     }
@@ -287,26 +299,26 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
 }
 
 /// Objects per `objects.apply` call, at most.
-pub const BATCH_OBJECTS: usize = 2000;
-/// Request bytes per `objects.apply` call, at most (the default max_request_bytes is 1 MiB).
-pub const BATCH_BYTES: usize = 512 * 1024;
+pub const BATCH_OBJECTS: usize = 500;
+/// Request bytes per `objects.apply` call, at most (the default max_request_bytes is 1 MiB;
+/// the daemon parses a request, and encodes its answer, in one go).
+pub const BATCH_BYTES: usize = 128 * 1024;
 
-/// Consecutive runs of objects within both batch limits (an object larger than the byte
-/// limit goes alone).
-fn batches_of(objects: &[crate::model::AnyObject]) -> Vec<&[crate::model::AnyObject]> {
+/// Consecutive runs of objects (given their encoded sizes) within both batch limits (an
+/// object larger than the byte limit goes alone).
+fn batches_of(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0usize, 0usize);
-    for (i, o) in objects.iter().enumerate() {
-        let size = o.to_json().to_string().len() + 1;
+    for (i, &size) in sizes.iter().enumerate() {
         if i > start && (i - start >= BATCH_OBJECTS || bytes + size > BATCH_BYTES) {
-            out.push(&objects[start..i]);
+            out.push(start..i);
             start = i;
             bytes = 0;
         }
         bytes += size;
     }
-    if start < objects.len() {
-        out.push(&objects[start..]);
+    if start < sizes.len() {
+        out.push(start..sizes.len());
     }
     out
 }

@@ -5,7 +5,9 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::api::rpc::object;
 
 /// The default socket (CONTRACT.md, Socket API).
 pub const DEFAULT_SOCKET: &str = "/var/run/nodeportd/nodeportd.sock";
@@ -64,7 +66,9 @@ impl Client {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let mut line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        let request =
+            object(vec![("jsonrpc", "2.0".into()), ("id", id.into()), ("method", method.into()), ("params", params)]);
+        let mut line = request.to_string();
         line.push('\n');
         let io = |e: std::io::Error| CallError::Transport(format!("talking to nodeportd: {e}"));
         // A request over max_request_bytes is answered (TooLarge) and the connection
@@ -92,14 +96,14 @@ impl Client {
 /// Interprets one response line for request `id`.
 pub fn parse_response(line: &str, id: u64) -> Result<Value, CallError> {
     let bad = |why: &str| CallError::Transport(format!("bad answer from nodeportd ({why}): {}", line.trim_end()));
-    let v: Value = serde_json::from_str(line).map_err(|_| bad("not JSON"))?;
+    let mut v: Value = serde_json::from_str(line).map_err(|_| bad("not JSON"))?;
     if v.get("id").and_then(Value::as_u64) != Some(id) && !v.get("id").is_some_and(Value::is_null) {
         return Err(bad("wrong id"));
     }
     if let Some(err) = v.get("error") {
         return Err(server_error(err));
     }
-    v.get("result").cloned().ok_or_else(|| bad("neither result nor error"))
+    v.get_mut("result").map(Value::take).ok_or_else(|| bad("neither result nor error"))
 }
 
 /// A JSON-RPC error object (`{"code", "message", "data": {"reason"}}`) as a `CallError`.
@@ -114,6 +118,7 @@ pub fn server_error(err: &Value) -> CallError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn result_is_returned() {

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::clock;
 use super::State;
-use crate::api::rpc::{opt_str_param, str_param, RpcError};
+use crate::api::rpc::{object, opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
 use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Service, SERVICE_NAME_LABEL};
 use crate::registry::{Action, EndpointsKind, Object, Prepared, Registry, Stamp};
@@ -18,10 +18,21 @@ use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 /// Dispatch one method call. Reads answer at once from memory; writes prepare under a
 /// short borrow, wait for the store thread (other requests are served meanwhile), then
 /// commit. The state is never borrowed across an await.
-pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result<Value, RpcError> {
-    let intents = match method {
+pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Result<Value, RpcError> {
+    let locks = st.borrow().writing.clone();
+    // A write waits for its turn before any work on it (a read never does).
+    let _turn = match method {
+        "service.apply" | "endpoints.apply" | "service.delete" | "endpoints.delete" | "objects.apply" => {
+            Some(locks.turn().await)
+        }
+        _ => None,
+    };
+    // An objects.apply's items, taken OBJECTS_STEP at a time.
+    let mut items = Vec::new().into_iter().enumerate().peekable();
+    let mut intents = match method {
         "service.apply" => {
-            let AnyObject::Service(svc) = parse_one(object_param(&params)?, Some(("Service", "v1")), "Service")? else {
+            let AnyObject::Service(svc) = parse_one(object_param(&mut params)?, Some(("Service", "v1")), "Service")?
+            else {
                 return Err(RpcError::invalid_params(
                     "params.object: Invalid value: not a Service: use endpoints.apply",
                 ));
@@ -29,7 +40,7 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result
             vec![Ok(Intent::Apply(AnyObject::Service(svc)))]
         }
         "endpoints.apply" => {
-            let obj = parse_one(object_param(&params)?, None, "Endpoints or EndpointSlice")?;
+            let obj = parse_one(object_param(&mut params)?, None, "Endpoints or EndpointSlice")?;
             if obj.kind() == "Service" {
                 return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
             }
@@ -47,26 +58,38 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result
             };
             vec![Ok(Intent::DeleteEndpoints(kind, ns.to_string(), name.to_string()))]
         }
-        "objects.apply" => objects_param(&params)?,
+        "objects.apply" => {
+            items = objects_param(&mut params)?.into_iter().enumerate().peekable();
+            Vec::new()
+        }
         _ => return read(&mut st.borrow_mut(), method, &params),
     };
     let batch = method == "objects.apply";
-    let results = write(&st, intents).await;
-    if batch {
-        let results: Vec<Value> = results
-            .into_iter()
-            .map(|r| match r {
-                Ok((action, obj)) => json!({ "action": action.to_string(), "object": object_json(&obj) }),
-                Err(e) => json!({ "error": e.to_json() }),
-            })
-            .collect();
-        return Ok(json!({ "results": results }));
+    // An objects.apply's results, one per object.
+    let mut done = Vec::new();
+    loop {
+        if batch {
+            intents = parse_items(items.by_ref().take(OBJECTS_STEP));
+        }
+        let results = write(&st, std::mem::take(&mut intents)).await;
+        if !batch {
+            let (action, obj) =
+                results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
+            return Ok(match method {
+                "service.delete" | "endpoints.delete" => object(vec![("object", object_json(&obj))]),
+                _ => object(vec![("action", action.to_string().into()), ("object", object_json(&obj))]),
+            });
+        }
+        done.extend(results.into_iter().map(|r| match r {
+            Ok((action, obj)) => object(vec![("action", action.to_string().into()), ("object", object_json(&obj))]),
+            Err(e) => object(vec![("error", e.to_json())]),
+        }));
+        if items.peek().is_none() {
+            return Ok(object(vec![("results", Value::Array(done))]));
+        }
+        // Unchanged objects write nothing, so nothing else would let others in.
+        tokio::task::yield_now().await;
     }
-    let (action, obj) = results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
-    Ok(match method {
-        "service.delete" | "endpoints.delete" => json!({ "object": object_json(&obj) }),
-        _ => json!({ "action": action.to_string(), "object": object_json(&obj) }),
-    })
 }
 
 /// The methods that change nothing.
@@ -88,13 +111,13 @@ fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError>
             let (ns, name) = ns_name(params)?;
             let kind = endpoints_kind(params)?;
             let obj = find_endpoints(st, kind, ns, name)?;
-            Ok(json!({ "object": endpoints_json(&obj) }))
+            Ok(object(vec![("object", endpoints_json(&obj))]))
         }
         "endpoints.list" => {
             let ns = opt_str_param(params, "namespace")?;
             let kind = endpoints_kind(params)?;
             let items: Vec<Value> = st.registry.list_endpoints(kind, ns).iter().map(endpoints_json).collect();
-            Ok(json!({ "apiVersion": "v1", "kind": "List", "items": items }))
+            Ok(object(vec![("apiVersion", "v1".into()), ("kind", "List".into()), ("items", Value::Array(items))]))
         }
         "status" => Ok(super::status::status(st)),
         _ => Err(method_not_found(method)),
@@ -131,15 +154,36 @@ impl Intent {
 /// (kind class, namespace, name)
 pub type WriteKey = (u8, String, String);
 
+/// Writes being worked on at once, at most. The others wait for their turn (in order)
+/// without any work done on them, so the event loop's queue never holds more than these:
+/// a read waits behind at most this many writes, however many clients write.
+pub const WRITERS: usize = 16;
+
 /// The objects with a write in flight. A write waits until none of its objects has
 /// one, so two writes to one object are prepared and committed one after the other.
-#[derive(Default)]
 pub struct WriteLocks {
     busy: RefCell<BTreeSet<WriteKey>>,
     done: tokio::sync::Notify,
+    turns: tokio::sync::Semaphore,
+}
+
+impl Default for WriteLocks {
+    fn default() -> Self {
+        WriteLocks {
+            busy: RefCell::default(),
+            done: tokio::sync::Notify::new(),
+            turns: tokio::sync::Semaphore::new(WRITERS),
+        }
+    }
 }
 
 impl WriteLocks {
+    /// One of the [`WRITERS`] turns, first come first served; held until dropped.
+    async fn turn(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        // Never closed: `None` cannot happen.
+        self.turns.acquire().await.ok()
+    }
+
     /// Whether any write is in flight.
     pub fn idle(&self) -> bool {
         self.busy.borrow().is_empty()
@@ -186,22 +230,29 @@ impl Drop for KeyGuard {
     }
 }
 
-/// `objects.apply`'s `params.objects`, parsed and validated one by one.
-fn objects_param(params: &Value) -> Result<Vec<Result<Intent, RpcError>>, RpcError> {
-    let items = match params.get("objects") {
-        Some(Value::Array(a)) => a,
-        Some(other) => {
-            return Err(RpcError::invalid_params(format!(
-                "params.objects: Invalid value: {}: must be an array of objects",
-                truncate(&other.to_string())
-            )))
-        }
-        None => return Err(RpcError::invalid_params("params.objects: Required value")),
-    };
+/// An `objects.apply` handles this many objects at a time (parse, validate, prepare,
+/// write, commit): the event loop serves other requests between two such steps, so a
+/// List of thousands never holds it for long, and its order is kept.
+const OBJECTS_STEP: usize = 64;
+
+/// `objects.apply`'s `params.objects`: an array.
+fn objects_param(params: &mut Value) -> Result<Vec<Value>, RpcError> {
+    match params.get_mut("objects").map(Value::take) {
+        Some(Value::Array(a)) => Ok(a),
+        Some(other) => Err(RpcError::invalid_params(format!(
+            "params.objects: Invalid value: {}: must be an array of objects",
+            truncate(&other.to_string())
+        ))),
+        None => Err(RpcError::invalid_params("params.objects: Required value")),
+    }
+}
+
+/// Items of `params.objects` (with their index), parsed and validated one by one.
+fn parse_items(items: impl Iterator<Item = (usize, Value)>) -> Vec<Result<Intent, RpcError>> {
     let mut out = Vec::new();
-    for (i, v) in items.iter().enumerate() {
+    for (i, v) in items {
         match v {
-            Value::Object(_) => match parse_object(v.clone()) {
+            Value::Object(_) => match parse_object(v) {
                 Ok(objs) => out.extend(objs.into_iter().map(|o| match o.validate() {
                     Ok(()) => Ok(Intent::Apply(o)),
                     Err(e) => Err(RpcError::from(e)),
@@ -214,7 +265,7 @@ fn objects_param(params: &Value) -> Result<Vec<Result<Intent, RpcError>>, RpcErr
             )))),
         }
     }
-    Ok(out)
+    out
 }
 
 /// Apply intents in order: groups without a repeated object are prepared together,
@@ -340,8 +391,9 @@ pub fn endpoints_json(obj: &EndpointsObject) -> Value {
     }
 }
 
-fn object_param(params: &Value) -> Result<&Value, RpcError> {
-    match params.get("object") {
+/// `params.object`, taken out of the params.
+fn object_param(params: &mut Value) -> Result<Value, RpcError> {
+    match params.get_mut("object").map(Value::take) {
         Some(v @ Value::Object(_)) => Ok(v),
         Some(other) => Err(RpcError::invalid_params(format!(
             "params.object: Invalid value: {}: must be a Kubernetes object",
@@ -365,8 +417,7 @@ fn truncate(s: &str) -> String {
 
 /// Parse one object of the kinds a method takes, with the field path in type errors
 /// and kubectl's wording for a wrong kind; then validate it as the API server does.
-fn parse_one(v: &Value, default_kind: Option<(&str, &str)>, wanted: &str) -> Result<AnyObject, RpcError> {
-    let mut v = v.clone();
+fn parse_one(mut v: Value, default_kind: Option<(&str, &str)>, wanted: &str) -> Result<AnyObject, RpcError> {
     if let (Some((kind, api)), Value::Object(map)) = (default_kind, &mut v) {
         map.entry("kind").or_insert_with(|| json!(kind));
         map.entry("apiVersion").or_insert_with(|| json!(api));

@@ -167,7 +167,10 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         // The data plane worker thread owns the kernel; starting it fails without nf_tables.
         let (worker, outcomes) = super::sync::Worker::start(&cfg, args.dry_run).await?;
         let wake = Rc::new(Notify::new());
-        let (ubus_events, ubus_rx) = crate::ubus::Events::channel();
+        let (mut ubus_events, ubus_rx) = crate::ubus::Events::channel();
+        if cfg.ubus == crate::ubus::Setting::Off {
+            ubus_events = crate::ubus::Events::off();
+        }
         let node = NodeState::start(&cfg, args.dry_run, wake.clone()).await;
         let store = crate::store::Writer::spawn(store).map_err(|e| format!("cannot start the store thread: {e}"))?;
         let st = Rc::new(RefCell::new(State {

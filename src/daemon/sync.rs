@@ -299,6 +299,10 @@ async fn worker(
     let mut printed: Option<String> = None;
     let mut table = String::new();
     let mut node: Option<Input<'static>> = None;
+    // A dry run prints the whole table at each sync, O(table): after printing it waits
+    // as long as that took, and what comes meanwhile is merged into one sync, so
+    // printing takes at most half a core however fast changes come.
+    let mut pause = Duration::ZERO;
     loop {
         let event = async {
             match kernel.as_mut() {
@@ -338,6 +342,9 @@ async fn worker(
                 (SyncRequest { node: n, changed: Vec::new(), rebuild: false, check: true }, 0)
             }
         };
+        if !pause.is_zero() {
+            tokio::time::sleep(std::mem::take(&mut pause)).await;
+        }
         let mut queued = Vec::new();
         while let Ok(next) = rx.try_recv() {
             queued.push(next);
@@ -361,6 +368,7 @@ async fn worker(
         let result = match kernel.as_mut() {
             None => {
                 // A dry run prints the whole table each time something changed in it.
+                let t = Instant::now();
                 let text = nft::render::render(&planner.assemble());
                 if printed.as_deref() != Some(text.as_str()) {
                     use std::io::Write;
@@ -371,6 +379,7 @@ async fn worker(
                     let _ = out.flush();
                     printed = Some(text);
                 }
+                pause = t.elapsed();
                 Ok(Applied { messages: 0, replaced: full, committed: true })
             }
             Some(k) => {

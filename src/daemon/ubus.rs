@@ -16,10 +16,13 @@ use crate::ubus::{self, Event, SERVICE_EVENT, SYNC_EVENT};
 /// One request, from the socket API or ubus: the handler, then the event it causes.
 pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Result<Value, RpcError> {
     let result = super::handlers::call(st.clone(), &method, params).await;
-    if let Ok(r) = &result {
-        for ev in events(&method, r) {
-            st.borrow().ubus.send(ev);
+    match &result {
+        Ok(r) if st.borrow().ubus.enabled() => {
+            for ev in events(&method, r) {
+                st.borrow().ubus.send(ev);
+            }
         }
+        _ => {}
     }
     result
 }

@@ -113,6 +113,11 @@ impl Events {
         (Events { queue: Some(q.clone()) }, q)
     }
 
+    /// Whether events go anywhere (ubus is not off).
+    pub fn enabled(&self) -> bool {
+        self.queue.is_some()
+    }
+
     /// Queue an event without waiting: a slow or absent ubusd never holds up the daemon.
     pub fn send(&self, ev: Event) {
         if let Some(q) = &self.queue {
