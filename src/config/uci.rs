@@ -27,11 +27,15 @@ impl std::error::Error for UciError {}
 
 /// Section types whose options become the daemon's configuration.
 const DAEMON_SECTION_TYPES: [&str; 2] = ["nodeportd", "main"];
+/// Section type of cluster mode's options: they become the `[cluster]` table.
+const CLUSTER_SECTION_TYPE: &str = "cluster";
 /// Section type read by `/etc/init.d/nodeportd` alone.
 const INIT_SECTION_TYPE: &str = "init";
 
 /// Keys the TOML config holds as integers; every other option is a string.
-const INTEGER_KEYS: [&str; 6] = [
+const INTEGER_KEYS: [&str; 8] = [
+    "watch_timeout_seconds",
+    "request_timeout_seconds",
     "masquerade_bit",
     "ct_mark_bit",
     "max_request_bytes",
@@ -43,7 +47,7 @@ const INTEGER_KEYS: [&str; 6] = [
 const BOOL_KEYS: [&str; 0] = [];
 /// Keys the TOML config holds as arrays: a single `option` becomes a one-element array,
 /// which is what `uci set nodeportd.main.KEY=VALUE` produces.
-const LIST_KEYS: [&str; 2] = ["service_cluster_ip_ranges", "nodeport_addresses"];
+const LIST_KEYS: [&str; 3] = ["service_cluster_ip_ranges", "nodeport_addresses", "namespaces"];
 /// Keys that take one value or several (`node_ip`: one address per family).
 const ONE_OR_MANY_KEYS: [&str; 1] = ["node_ip"];
 
@@ -294,8 +298,17 @@ fn is_known_scalar(key: &str) -> bool {
 pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
     let sections = parse(text)?;
     let mut main: Option<&UciSection> = None;
+    let mut cluster: Option<&UciSection> = None;
     for s in &sections {
-        if DAEMON_SECTION_TYPES.contains(&s.kind.as_str()) {
+        if s.kind == CLUSTER_SECTION_TYPE {
+            if let Some(first) = cluster {
+                return Err(UciError(format!(
+                    "line {}: a second `config cluster` section (the first is on line {}); nodeportd follows one cluster",
+                    s.line, first.line
+                )));
+            }
+            cluster = Some(s);
+        } else if DAEMON_SECTION_TYPES.contains(&s.kind.as_str()) {
             if let Some(first) = main {
                 return Err(UciError(format!(
                     "line {}: a second `config {}` section (the first is on line {}); nodeportd reads exactly one",
@@ -305,7 +318,7 @@ pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
             main = Some(s);
         } else if s.kind != INIT_SECTION_TYPE {
             return Err(UciError(format!(
-                "line {}: unknown section type '{}' (expected `config nodeportd 'main'` or `config init 'init'`)",
+                "line {}: unknown section type '{}' (expected `config nodeportd 'main'`, `config cluster 'cluster'` or `config init 'init'`)",
                 s.line, s.kind
             )));
         }
@@ -315,6 +328,13 @@ pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
         for e in &s.entries {
             table.insert(e.key.clone(), entry_to_toml(e)?);
         }
+    }
+    if let Some(s) = cluster {
+        let mut sub = toml::Table::new();
+        for e in &s.entries {
+            sub.insert(e.key.clone(), entry_to_toml(e)?);
+        }
+        table.insert(CLUSTER_SECTION_TYPE.into(), toml::Value::Table(sub));
     }
     Ok(table)
 }
@@ -533,5 +553,21 @@ config init 'init'
         assert!(looks_like_uci(Path::new("/tmp/x"), "config\tmain\n"));
         assert!(!looks_like_uci(Path::new("/tmp/x"), "# config nodeportd\nnode_name = \"x\"\n"));
         assert!(!looks_like_uci(Path::new("/tmp/x"), "configuration = 1\n"));
+    }
+
+    #[test]
+    fn the_cluster_section_becomes_the_cluster_table() {
+        let c = config(
+            "config nodeportd 'main'\n\toption node_ip '198.18.0.1'\n\nconfig cluster 'cluster'\n\toption server 'https://198.18.0.1:6443'\n\toption ca_file '/etc/nodeportd/cluster-ca.crt'\n\toption token_file '/etc/nodeportd/cluster-token'\n\tlist namespaces 'shop'\n\tlist namespaces 'web'\n\toption label_selector 'tier=edge'\n\toption watch_timeout_seconds '60'\n",
+        );
+        let k = c.cluster.expect("cluster");
+        assert_eq!(k.server, "https://198.18.0.1:6443");
+        assert_eq!(k.namespaces, vec!["shop", "web"]);
+        assert_eq!(k.label_selector.as_deref(), Some("tier=edge"));
+        assert_eq!(k.watch_timeout_seconds, 60);
+        let one = config("config cluster\n\toption server 'https://k8s'\n\toption ca_file '/ca'\n\toption cert_file '/c'\n\toption key_file '/k'\n\toption namespaces 'shop'\n");
+        assert_eq!(one.cluster.unwrap().namespaces, vec!["shop"]);
+        let e = uci_to_toml("config cluster\n\toption server 'https://k8s'\nconfig cluster\n").unwrap_err();
+        assert!(e.0.contains("second `config cluster`"), "{e}");
     }
 }
