@@ -51,7 +51,7 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result
         _ => return read(&mut st.borrow_mut(), method, &params),
     };
     let batch = method == "objects.apply";
-    let results = write(&st, intents).await;
+    let results = write(&st, intents, Source::Local).await;
     if batch {
         let results: Vec<Value> = results
             .into_iter()
@@ -101,9 +101,17 @@ fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError>
     }
 }
 
+/// Who asks for a change: a local client (socket, ubus) or cluster mode. Objects the
+/// cluster owns change only through cluster mode; cluster mode never changes a local one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Local,
+    Cluster,
+}
+
 /// One change a request asks for.
 #[allow(clippy::large_enum_variant)] // a few per request, moved once: not worth a box
-enum Intent {
+pub enum Intent {
     Apply(AnyObject),
     DeleteService(String, String),
     DeleteEndpoints(EndpointsKind, String, String),
@@ -217,11 +225,62 @@ fn objects_param(params: &Value) -> Result<Vec<Result<Intent, RpcError>>, RpcErr
     Ok(out)
 }
 
+/// The ownership rule (docs/cluster.md): a local client cannot change or mark an object
+/// the cluster owns; cluster mode cannot replace or remove a local one.
+fn check_owner(reg: &Registry, it: &Intent, source: Source) -> Result<(), ApiError> {
+    use crate::cluster::{cluster_owned, OWNER_ANNOTATION};
+    use crate::model::Reason;
+    let (kind, ns, name, incoming) = match it {
+        Intent::Apply(o) => {
+            let kind = match o.kind() {
+                "Service" => None,
+                "Endpoints" => Some(EndpointsKind::Endpoints),
+                _ => Some(EndpointsKind::EndpointSlice),
+            };
+            (kind, o.meta().ns(), o.meta().name.as_str(), Some(o.meta()))
+        }
+        Intent::DeleteService(ns, n) => (None, ns.as_str(), n.as_str(), None),
+        Intent::DeleteEndpoints(k, ns, n) => (Some(*k), ns.as_str(), n.as_str(), None),
+    };
+    let word = match kind {
+        None => "Service",
+        Some(EndpointsKind::Endpoints) => "Endpoints",
+        Some(EndpointsKind::EndpointSlice) => "EndpointSlice",
+    };
+    let stored = reg.stored_annotations(kind, ns, name);
+    match source {
+        Source::Local => {
+            if stored.is_some_and(cluster_owned) {
+                return Err(ApiError::new(
+                    Reason::Conflict,
+                    format!("{word} {ns}/{name} is owned by the cluster (mirrored by cluster mode): change it in the cluster"),
+                ));
+            }
+            if incoming.is_some_and(|m| m.annotations.contains_key(OWNER_ANNOTATION)) {
+                return Err(ApiError::new(
+                    Reason::Invalid,
+                    format!("{word} {ns}/{name}: metadata.annotations[{OWNER_ANNOTATION}]: reserved for cluster mode"),
+                ));
+            }
+        }
+        Source::Cluster => {
+            if stored.is_some_and(|a| !cluster_owned(a)) {
+                return Err(ApiError::new(
+                    Reason::Conflict,
+                    format!("{word} {ns}/{name} exists as a local object: the cluster's is not mirrored until the local one is deleted"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Apply intents in order: groups without a repeated object are prepared together,
 /// written as one batch (shared fsyncs) and committed; one result per intent.
-async fn write(
+pub async fn write(
     st: &Rc<RefCell<State>>,
     intents: Vec<Result<Intent, RpcError>>,
+    source: Source,
 ) -> Vec<Result<(Action, Object), RpcError>> {
     let mut results: Vec<Option<Result<(Action, Object), RpcError>>> = Vec::with_capacity(intents.len());
     let mut group: Vec<(usize, Intent)> = Vec::new();
@@ -243,7 +302,7 @@ async fn write(
     }
     groups.push(group);
     for group in groups.into_iter().filter(|g| !g.is_empty()) {
-        for (i, r) in write_group(st, group).await {
+        for (i, r) in write_group(st, group, source).await {
             results[i] = Some(r);
         }
     }
@@ -253,6 +312,7 @@ async fn write(
 async fn write_group(
     st: &Rc<RefCell<State>>,
     group: Vec<(usize, Intent)>,
+    source: Source,
 ) -> Vec<(usize, Result<(Action, Object), RpcError>)> {
     let locks = st.borrow().writing.clone();
     let _guard = locks.lock(group.iter().map(|(_, it)| it.key()).collect()).await;
@@ -263,6 +323,10 @@ async fn write_group(
         let stamp = s.stamp();
         let mut prepared: Vec<(usize, Prepared)> = Vec::new();
         for (i, it) in group {
+            if let Err(e) = check_owner(&s.registry, &it, source) {
+                out.push((i, Err(e.into())));
+                continue;
+            }
             let p = match it {
                 Intent::Apply(AnyObject::Service(svc)) => s.registry.prepare_service(svc, &stamp),
                 Intent::Apply(other) => match other.into_endpoints() {

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::logging;
 
 pub mod clock;
+pub mod cluster;
 pub mod handlers;
 pub mod health;
 pub mod node;

@@ -46,6 +46,8 @@ pub struct State {
     pub wake: Rc<Notify>,
     /// Events for the native ubus object (`super::ubus`).
     pub ubus: crate::ubus::Events,
+    /// Cluster mode's connection (None: not configured).
+    pub cluster: Option<super::cluster::ClusterStatus>,
 }
 
 impl State {
@@ -158,6 +160,16 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         Some(g) => Some(api::peer::lookup_group(g).ok_or_else(|| format!("socket_group: unknown group {g:?}"))?),
         None => None,
     };
+    #[cfg(not(feature = "cluster"))]
+    if cfg.cluster.is_some() {
+        return Err("cluster: this build has no cluster mode (install the nodeportd-cluster package, or build with --features cluster)".into());
+    }
+    // Credentials are checked before anything starts: a bad CA or a key others can read stops here.
+    #[cfg(feature = "cluster")]
+    let cluster = match &cfg.cluster {
+        Some(c) => Some(super::cluster::start(c)?),
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -185,8 +197,15 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             node_changed: false,
             wake: wake.clone(),
             ubus: ubus_events,
+            cluster: None,
             cfg: cfg.clone(),
         }));
+        #[cfg(feature = "cluster")]
+        if let (Some((streams, rx)), Some(c)) = (cluster, &cfg.cluster) {
+            st.borrow_mut().cluster = Some(super::cluster::ClusterStatus::new(&c.server, &streams));
+            log::info!("cluster mode: following {} ({} streams)", c.server, streams.len());
+            tokio::task::spawn_local(super::cluster::run(st.clone(), streams, rx));
+        }
 
         let listener = server::bind(&cfg.socket, group).map_err(|e| format!("{}: {e}", cfg.socket.display()))?;
         let limits = server::Limits {
@@ -277,6 +296,7 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         ("state_dir", new.state_dir != old.state_dir),
         ("table", new.table != old.table),
         ("ubus", new.ubus != old.ubus),
+        ("cluster", new.cluster != old.cluster),
     ] {
         if changed {
             log::error!(

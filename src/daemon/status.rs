@@ -39,5 +39,6 @@ pub fn status(st: &State) -> Value {
         "problems": st.registry.problems(),
         "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes(), "batches": st.store.batches() },
         "uptimeSeconds": st.started.elapsed().as_secs(),
+        "cluster": st.cluster.as_ref().map(|c| c.json(&st.registry)),
     })
 }

@@ -401,6 +401,41 @@ impl Registry {
         }
     }
 
+    /// The annotations of a stored Service (`kind` None) or endpoints object.
+    pub fn stored_annotations(
+        &self,
+        kind: Option<EndpointsKind>,
+        ns: &str,
+        name: &str,
+    ) -> Option<&BTreeMap<String, String>> {
+        let key = (ns.to_string(), name.to_string());
+        match kind {
+            None => self.services.get(&key).map(|s| &s.metadata.annotations),
+            Some(EndpointsKind::Endpoints) => self.endpoints.get(&key).map(|e| &e.metadata.annotations),
+            Some(EndpointsKind::EndpointSlice) => self.slices.get(&key).map(|e| &e.metadata.annotations),
+        }
+    }
+
+    /// (namespace, name) of the Services (`kind` None) or endpoints objects whose
+    /// annotations satisfy `pred`.
+    pub fn keys_where(
+        &self,
+        kind: Option<EndpointsKind>,
+        pred: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeSet<(String, String)> {
+        match kind {
+            None => {
+                self.services.iter().filter(|(_, s)| pred(&s.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+            Some(EndpointsKind::Endpoints) => {
+                self.endpoints.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+            Some(EndpointsKind::EndpointSlice) => {
+                self.slices.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+        }
+    }
+
     pub fn service_count(&self) -> usize {
         self.services.len()
     }
