@@ -87,6 +87,16 @@ pub fn read_secret(key: &str, path: &Path) -> Result<Vec<u8>, String> {
     Ok(buf)
 }
 
+/// Where a stream is: the resourceVersion to resume from (None: list first), failed
+/// attempts since the last watch opened, and 410s in a row with nothing received in
+/// between (a relist that does not help is retried after a backoff, never in a loop).
+#[derive(Debug, Default)]
+struct Progress {
+    rv: Option<String>,
+    attempt: u32,
+    gones: u32,
+}
+
 /// What every stream shares.
 pub struct Client {
     url: ServerUrl,
@@ -152,20 +162,23 @@ impl Client {
 
     /// List, then watch from the list's resourceVersion; relist on 410; back off on errors.
     fn run(&self, id: usize, stream: &Stream, tx: &UnboundedSender<Update>) {
-        let mut rv: Option<String> = None;
-        let mut attempt: u32 = 0;
+        let mut p = Progress::default();
         let mut rng = crate::alloc::Rng::from_entropy();
         loop {
-            let result = match rv.clone() {
+            let result = match p.rv.clone() {
                 None => self.list(stream).map(|(items, v)| {
-                    rv = Some(v.clone());
+                    p.rv = Some(v.clone());
                     let _ = tx.send(Update::Listed { stream: id, items, resource_version: v });
                 }),
-                Some(from) => match self.watch(id, stream, &from, tx, &mut rv, &mut attempt) {
+                Some(from) => match self.watch(id, stream, &from, tx, &mut p) {
                     Ok(()) => Ok(()),
                     Err(Failure::Status(410, m)) => {
                         log::info!("cluster: {}: resourceVersion {from} expired ({m}); relisting", stream.describe());
-                        rv = None;
+                        p.rv = None;
+                        if p.gones > 0 {
+                            std::thread::sleep(watch::backoff(p.gones - 1, rng.next_u64()));
+                        }
+                        p.gones = p.gones.saturating_add(1);
                         Ok(())
                     }
                     Err(e) => Err(e),
@@ -177,8 +190,8 @@ impl Client {
             if let Err(e) = result {
                 let error = format!("{}: {e}", stream.describe());
                 let _ = tx.send(Update::Lost { stream: id, error });
-                std::thread::sleep(watch::backoff(attempt, rng.next_u64()));
-                attempt = attempt.saturating_add(1);
+                std::thread::sleep(watch::backoff(p.attempt, rng.next_u64()));
+                p.attempt = p.attempt.saturating_add(1);
             }
         }
     }
@@ -274,8 +287,7 @@ impl Client {
         stream: &Stream,
         from: &str,
         tx: &UnboundedSender<Update>,
-        rv: &mut Option<String>,
-        attempt: &mut u32,
+        p: &mut Progress,
     ) -> Result<(), Failure> {
         let secs = self.cfg.watch_timeout_seconds;
         let path = stream.watch_path(self.cfg.label_selector.as_deref(), from, secs);
@@ -286,7 +298,7 @@ impl Client {
             return Err(Failure::Other("watch response is not chunked".into()));
         }
         let _ = tx.send(Update::Watching { stream: id });
-        *attempt = 0;
+        p.attempt = 0;
         let mut chunked = Chunked::default();
         let mut lines = Lines::new(MAX_EVENT);
         let mut payload = Vec::new();
@@ -305,8 +317,9 @@ impl Client {
                     }
                 };
                 if let Some(v) = &resource_version {
-                    *rv = Some(v.clone());
+                    p.rv = Some(v.clone());
                 }
+                p.gones = 0;
                 if tx.send(Update::Event { stream: id, event, resource_version }).is_err() {
                     return Ok(());
                 }
