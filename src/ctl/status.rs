@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks"];
+const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks", "cluster"];
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -81,6 +81,7 @@ pub fn status_text(s: &Value) -> String {
     }
 
     health_checks(&mut out, s.get("healthChecks"));
+    cluster(&mut out, s.get("cluster"));
 
     if let Some(map) = s.as_object() {
         for (k, v) in map.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
@@ -94,6 +95,35 @@ pub fn status_text(s: &Value) -> String {
         }
     }
     out
+}
+
+/// Cluster mode: the server, connected or not, what is mirrored, the last error and
+/// every object that could not be mirrored.
+fn cluster(out: &mut String, v: Option<&Value>) {
+    let Some(c) = v.filter(|c| c.is_object()) else {
+        return;
+    };
+    let state = match c.get("connected").and_then(Value::as_bool) {
+        Some(true) => "connected",
+        Some(false) => "NOT connected",
+        None => "state unknown",
+    };
+    line(
+        out,
+        "Cluster",
+        format!(
+            "{} {state}, resourceVersion {}, {} objects mirrored",
+            text(c.get("server")),
+            text(c.get("resourceVersion")),
+            text(c.get("objects"))
+        ),
+    );
+    if let Some(e) = c.get("lastError").filter(|e| !e.is_null()) {
+        line(out, "  last error", text(Some(e)));
+    }
+    for k in c.get("conflicts").and_then(Value::as_array).into_iter().flatten() {
+        line(out, "  not mirrored", format!("{}: {}", text(k.get("object")), text(k.get("message"))));
+    }
 }
 
 /// One line per `healthCheckNodePort`: whom it answers for, and whether it listens.
@@ -173,5 +203,22 @@ objects:        endpoints=2 services=3
         let t = status_text(&json!({"version": "0.1.0"}));
         assert!(t.contains("Node:           -"));
         assert!(t.contains("Addresses:      <none>"));
+    }
+
+    #[test]
+    fn cluster_mode_is_summarised() {
+        let s = json!({"cluster": {"server": "https://198.18.0.1:6443", "connected": false, "resourceVersion": "812",
+            "objects": 6, "lastError": "services: HTTP 401 Unauthorized",
+            "conflicts": [{"object": "Service default/mine", "message": "exists as a local object"}]}});
+        let t = status_text(&s);
+        assert!(
+            t.contains(
+                "Cluster:        https://198.18.0.1:6443 NOT connected, resourceVersion 812, 6 objects mirrored"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("  last error:   services: HTTP 401 Unauthorized"), "{t}");
+        assert!(t.contains("  not mirrored: Service default/mine: exists as a local object"), "{t}");
+        assert!(!status_text(&json!({"cluster": null})).contains("Cluster"));
     }
 }
