@@ -242,10 +242,12 @@ pub fn event_change(stream: &Stream, mirrored: bool, ev: &Event) -> Option<Chang
 }
 
 /// The wait before reconnection attempt `attempt` (0 = the first retry): 0.5 s doubling
-/// to at most 30 s, the upper half randomised by `jitter` (0..=u64::MAX), so a fleet of
-/// routers does not reconnect in step.
+/// to at most 4 s, the upper half randomised by `jitter` (0..=u64::MAX), so a fleet of
+/// routers does not reconnect in step. The cap is low on purpose: a router must be back
+/// in step within 5 s of the API server's return (issue 16); one list per stream every
+/// 2-4 s from a router is no load for an API server.
 pub fn backoff(attempt: u32, jitter: u64) -> Duration {
-    let base_ms: u64 = 500u64.saturating_mul(1u64 << attempt.min(16)).min(30_000);
+    let base_ms: u64 = 500u64.saturating_mul(1u64 << attempt.min(16)).min(4_000);
     let half = base_ms / 2;
     Duration::from_millis(half + jitter % (half + 1))
 }
@@ -376,8 +378,8 @@ mod tests {
         assert_eq!(backoff(0, 250), Duration::from_millis(500));
         assert_eq!(backoff(1, 0), Duration::from_millis(500));
         assert_eq!(backoff(3, u64::MAX), Duration::from_millis(2000 + u64::MAX % 2001));
-        for a in [6, 7, 20, u32::MAX] {
-            assert!(backoff(a, 0) == Duration::from_millis(15_000) && backoff(a, u64::MAX) <= Duration::from_secs(30));
+        for a in [4, 7, 20, u32::MAX] {
+            assert!(backoff(a, 0) == Duration::from_millis(2_000) && backoff(a, u64::MAX) <= Duration::from_secs(4));
         }
         let spread: BTreeSet<Duration> =
             (0..100u64).map(|j| backoff(4, j.wrapping_mul(0x9E37_79B9_7F4A_7C15))).collect();
