@@ -120,9 +120,35 @@ pub fn slice(ns: &str, service: &str, ips: &[&str], ready: bool) -> Value {
     })
 }
 
+/// Moves the calling thread into a network namespace (`/var/run/netns/NAME`); sockets it
+/// makes afterwards live there.
+fn enter_netns(path: &std::path::Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    // SAFETY: setns(2) on a valid namespace file descriptor; it changes only this thread.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns {}: {}", path.display(), std::io::Error::last_os_error());
+}
+
 impl ApiServer {
     pub fn start(token: Option<&str>) -> ApiServer {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        ApiServer::start_in(None, token)
+    }
+
+    /// Listens on 127.0.0.1 inside a network namespace (`/var/run/netns/NAME`), or here.
+    pub fn start_in(netns: Option<&std::path::Path>, token: Option<&str>) -> ApiServer {
+        let listener = match netns {
+            None => TcpListener::bind("127.0.0.1:0").unwrap(),
+            Some(p) => {
+                let p = p.to_path_buf();
+                std::thread::spawn(move || {
+                    enter_netns(&p);
+                    TcpListener::bind("127.0.0.1:0").unwrap()
+                })
+                .join()
+                .unwrap()
+            }
+        };
         let port = listener.local_addr().unwrap().port();
         let shared = Arc::new(Shared {
             world: Mutex::new(World { rv: 100, token: token.map(String::from), ..World::default() }),
