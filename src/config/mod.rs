@@ -56,6 +56,7 @@ pub struct RawConfig {
     pub idle_timeout_seconds: Option<i64>,
     pub resync_interval_seconds: Option<i64>,
     pub ubus: Option<String>,
+    pub pod_routes: Option<bool>,
 }
 
 /// `node_ip = "198.18.0.1"` or `node_ip = ["198.18.0.1", "2001:db8::1"]`.
@@ -179,6 +180,8 @@ pub struct Config {
     pub resync_interval_seconds: u64,
     /// The native ubus object: `auto`, `off` or ubusd's socket.
     pub ubus: crate::ubus::Setting,
+    /// Route the Nodes' pod CIDRs via their InternalIPs (`crate::podroutes`).
+    pub pod_routes: bool,
 }
 
 impl Default for Config {
@@ -333,6 +336,7 @@ impl Config {
             idle_timeout_seconds: int_as("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)?,
             resync_interval_seconds: int_as("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?,
             ubus,
+            pod_routes: raw.pod_routes.unwrap_or(false),
         })
     }
 
@@ -397,6 +401,7 @@ impl Config {
             idle_timeout_seconds: i64::try_from(self.idle_timeout_seconds).ok(),
             resync_interval_seconds: i64::try_from(self.resync_interval_seconds).ok(),
             ubus: Some(self.ubus.to_string()),
+            pod_routes: Some(self.pod_routes),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
     }

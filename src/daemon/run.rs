@@ -221,6 +221,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
         super::node::spawn_watchers(st.clone());
+        super::pod_routes::spawn(st.clone());
         tokio::task::spawn_local(super::health::run(st.clone()));
 
         log::info!(
@@ -308,5 +309,6 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         s.node.reconfigure(&cfg);
     }
     s.request_full_resync();
+    s.pod_routes.wake();
     log::info!("configuration reloaded");
 }
