@@ -483,7 +483,8 @@ fn mark_changed(st: &mut State, done: Vec<Result<Committed, RpcError>>) -> Vec<R
                     }
                     let (ns, name) = c.object.key();
                     let what = if c.deleted { "deleted".to_string() } else { c.action.to_string() };
-                    log::info!("{}/{ns}/{name} {what}", kind_word(&c.object));
+                    let ns = if ns.is_empty() { String::new() } else { format!("{ns}/") };
+                    log::info!("{}/{ns}{name} {what}", kind_word(&c.object));
                 }
                 out.push(c.error.map_or(Ok((c.action, c.object)), Err));
             }

@@ -10,6 +10,7 @@
 #[path = "../nft_common/listing.rs"]
 mod listing;
 mod objects;
+mod pod_routes;
 mod scenarios;
 mod topo;
 
