@@ -75,27 +75,36 @@ async fn run(st: Rc<RefCell<State>>) {
         }
     };
     tokio::spawn(conn);
+    let (mut need, mut ok) = (true, true);
     loop {
-        let ok = pass(&st, &handle).await;
+        if need {
+            ok = pass(&st, &handle).await;
+            need = false;
+        }
         let enabled = st.borrow().cfg.pod_routes;
-        // Off: only a reload (or a Node change) wakes us; kernel events are not followed.
         tokio::select! {
-            _ = wake.notified() => {}
-            ev = events.next(), if enabled => {
-                if ev.is_none() {
+            // A Node changed or the config was reloaded: act at once.
+            _ = wake.notified() => need = true,
+            // Kernel events are always read (the channel is unbounded), acted on only
+            // when enabled, after the burst (our own changes come back as events too:
+            // the pass after them finds nothing to do).
+            ev = events.next() => match ev {
+                None => {
                     log::error!("pod routes: the rtnetlink event socket closed; following Node changes only");
                     return follow_nodes_only(&st, &handle, &wake).await;
                 }
-            }
-            _ = tokio::time::sleep(RETRY), if !ok => {}
-        }
-        // The rest of the burst (our own changes come back as events too: the next pass
-        // then finds nothing to do).
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(QUIET) => break,
-                ev = events.next() => if ev.is_none() { break },
-            }
+                Some(_) if enabled => {
+                    loop {
+                        tokio::select! {
+                            _ = tokio::time::sleep(QUIET) => break,
+                            ev = events.next() => if ev.is_none() { break },
+                        }
+                    }
+                    need = true;
+                }
+                Some(_) => {}
+            },
+            _ = tokio::time::sleep(RETRY), if !ok => need = true,
         }
     }
 }

@@ -128,12 +128,18 @@ fn pod_routes_follow_nodes_and_leave_other_routes_alone() {
     assert_eq!(st["podRoutes"]["routes"].as_array().map(Vec::len), Some(2), "{st:#}");
     let text = ctl("status");
     assert!(text.contains("198.18.64.0/24 via 198.18.2.11 dev br0 (node b1)"), "{text}");
+    eprintln!("{text}");
     eprintln!("ok: status shows the routes and why node far was skipped");
 
     // Real traffic: client → router:30500 → DNAT to the pod → pod route via b1 → pod.
     let got = t.probe("cl", "tcp", "198.18.1.1", 30500, 5, 2.0);
     assert!(got.iter().all(|l| l.starts_with("pod ")), "traffic to the pod: {got:?}\n{}", t.debug());
     eprintln!("ok: 5 requests to the NodePort answered by the pod behind node b1: {}", got[0]);
+
+    // Someone deletes our route: it comes back.
+    t.sh("rt", "ip route del 198.18.64.0/24 proto 158");
+    wait_for(&t, "rt", "b1's route put back", b1_v4, LIMIT);
+    eprintln!("ok: a route of ours deleted by hand was put back");
 
     // The node's subnet appears later: its route follows the address change.
     t.sh("rt", "ip addr add 198.18.70.1/24 dev br0");
