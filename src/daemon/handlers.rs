@@ -33,6 +33,9 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, params: Value) -> Result
             if obj.kind() == "Service" {
                 return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
             }
+            if obj.kind() == "Node" {
+                return Err(RpcError::invalid_params("params.object: Invalid value: a Node: use node.apply"));
+            }
             vec![Ok(Intent::Apply(obj))]
         }
         "service.delete" => {
@@ -611,10 +614,11 @@ fn describe(p: &Prepared) -> String {
         Object::Endpoints(EndpointsObject::Slice(_)) => "EndpointSlice",
         Object::Node(_) => "Node",
     };
+    let path = if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") };
     if p.is_delete() {
-        format!("the deletion of {kind} {ns}/{name}")
+        format!("the deletion of {kind} {path}")
     } else {
-        format!("{kind} {ns}/{name}")
+        format!("{kind} {path}")
     }
 }
 
