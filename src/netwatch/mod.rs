@@ -45,8 +45,19 @@ const GROUPS: [MulticastGroup; 5] = [
     MulticastGroup::Ipv6Route,
 ];
 
+/// rtnetlink's own Display prints an unexpected message with `{:?}`, which links the Debug
+/// code of every rtnetlink message type (~120 KB on mipsel). Only its kind is worth a log line.
 fn nl_err(what: &str, e: rtnetlink::Error) -> io::Error {
-    io::Error::other(format!("rtnetlink {what}: {e}"))
+    match e {
+        rtnetlink::Error::NetlinkError(m) => {
+            io::Error::new(m.to_io().kind(), format!("rtnetlink {what}: {}", m.to_io()))
+        }
+        rtnetlink::Error::UnexpectedMessage(m) => {
+            io::Error::other(format!("rtnetlink {what}: unexpected message type {}", m.header.message_type))
+        }
+        rtnetlink::Error::RequestFailed => io::Error::other(format!("rtnetlink {what}: request failed")),
+        _ => io::Error::other(format!("rtnetlink {what}: malformed reply")),
+    }
 }
 
 /// Read the node's links, addresses and main-table default routes.
