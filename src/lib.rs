@@ -22,6 +22,7 @@ pub mod model;
 pub mod netwatch;
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub mod nft;
+pub mod podroutes;
 pub mod registry;
 pub mod store;
 pub mod ubus;

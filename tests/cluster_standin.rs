@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use apiserver::{fixture, service, slice, ApiServer, Res};
+use apiserver::{fixture, node, service, slice, ApiServer, Res};
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_nodeportd");
@@ -152,6 +152,8 @@ fn populate(api: &ApiServer) {
     let mut other = service("default", "other-proxy", "10.96.0.30", 80, None);
     other["metadata"]["labels"] = json!({"service.kubernetes.io/service-proxy-name": "cilium"});
     api.put(Res::Services, other);
+    api.put(Res::Nodes, node("node-1", "198.18.0.11", "10.244.1.0/24"));
+    api.put(Res::Nodes, node("node-2", "198.18.0.12", "10.244.2.0/24"));
 }
 
 #[test]
@@ -162,16 +164,28 @@ fn mirrors_services_and_slices_and_follows_changes() {
     let token = token_file(dir.path(), "secret-1\n");
     config(dir.path(), &cluster_token(&api, &token));
     let d = start(dir);
-    d.wait("connected with 2 services and 2 slices", 10, |d| {
+    d.wait("connected with 2 services, 2 slices and 2 nodes", 10, |d| {
         let s = d.status();
-        s["connected"] == json!(true) && s["mirrored"] == json!({"services": 2, "endpointSlices": 2})
+        s["connected"] == json!(true) && s["mirrored"] == json!({"services": 2, "endpointSlices": 2, "nodes": 2})
     });
     assert_eq!(d.services(), names(&["default/web", "shop/db"]), "headless, ExternalName and other-proxy skipped");
     let web = &d.service("default", "web")["result"]["object"];
     assert_eq!(web["spec"]["ports"][0]["nodePort"], json!(30080), "the cluster's nodePort is kept: {web}");
     assert_eq!(web["spec"]["clusterIP"], json!("10.96.0.10"));
     assert_eq!(web["metadata"]["annotations"]["nodeportd.io/owner"], json!("cluster"));
-    assert_eq!(d.status()["objects"], json!(4));
+    assert_eq!(d.status()["objects"], json!(6));
+    let n1 = &d.call("node.get", json!({"name": "node-1"}))["result"]["object"];
+    assert_eq!(n1["spec"]["podCIDR"], json!("10.244.1.0/24"), "{n1}");
+    assert_eq!(n1["metadata"]["annotations"]["nodeportd.io/owner"], json!("cluster"));
+    api.delete(Res::Nodes, "default", "node-2");
+    api.put(Res::Nodes, node("node-1", "198.18.0.11", "10.244.7.0/24"));
+    d.wait("node-2 gone, node-1 moved", 5, |d| {
+        d.call("node.get", json!({"name": "node-2"}))["error"].is_object()
+            && d.call("node.get", json!({"name": "node-1"}))["result"]["object"]["spec"]["podCIDR"]
+                == json!("10.244.7.0/24")
+    });
+    let r = d.call("node.delete", json!({"name": "node-1"}));
+    assert!(r["error"]["message"].as_str().unwrap_or_default().contains("Node node-1 is owned by the cluster"), "{r}");
     let reqs = api.requests();
     assert!(reqs.iter().all(|r| r.contains("auth=secret-1")), "{reqs:?}");
     assert!(

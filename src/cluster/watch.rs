@@ -21,16 +21,23 @@ pub const PAGE: u32 = 500;
 pub enum Resource {
     Services,
     EndpointSlices,
+    /// Cluster-scoped: one stream whatever the namespaces (pod routes follow them).
+    Nodes,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 2] = [Resource::Services, Resource::EndpointSlices];
+    pub const ALL: [Resource; 3] = [Resource::Services, Resource::EndpointSlices, Resource::Nodes];
 
     pub fn name(self) -> &'static str {
         match self {
             Resource::Services => "services",
             Resource::EndpointSlices => "endpointslices",
+            Resource::Nodes => "nodes",
         }
+    }
+
+    pub fn namespaced(self) -> bool {
+        self != Resource::Nodes
     }
 
     /// The collection's path, cluster-wide or in one namespace.
@@ -38,8 +45,9 @@ impl Resource {
         let (group, plural) = match self {
             Resource::Services => ("/api/v1", "services"),
             Resource::EndpointSlices => ("/apis/discovery.k8s.io/v1", "endpointslices"),
+            Resource::Nodes => ("/api/v1", "nodes"),
         };
-        match namespace {
+        match namespace.filter(|_| self.namespaced()) {
             Some(ns) => format!("{group}/namespaces/{}/{plural}", encode_query_value(ns)),
             None => format!("{group}/{plural}"),
         }
@@ -48,6 +56,9 @@ impl Resource {
     /// The server-side label selector: kube-proxy's (no other proxy's objects, no
     /// headless slices) plus the operator's for Services.
     pub fn selector(self, user: Option<&str>) -> String {
+        if self == Resource::Nodes {
+            return String::new();
+        }
         let mut s = format!("!{PROXY_NAME_LABEL},!{HEADLESS_LABEL}");
         if let (Resource::Services, Some(u)) = (self, user.map(str::trim).filter(|u| !u.is_empty())) {
             s.push(',');
@@ -69,10 +80,10 @@ impl Stream {
     pub fn all(namespaces: &[String]) -> Vec<Stream> {
         let mut out = Vec::new();
         for r in Resource::ALL {
-            if namespaces.is_empty() {
+            if namespaces.is_empty() || !r.namespaced() {
                 out.push(Stream { resource: r, namespace: None });
             }
-            for ns in namespaces {
+            for ns in namespaces.iter().filter(|_| r.namespaced()) {
                 out.push(Stream { resource: r, namespace: Some(ns.clone()) });
             }
         }
@@ -81,16 +92,17 @@ impl Stream {
 
     /// Whether a mirrored object in `ns` belongs to this stream.
     pub fn covers(&self, ns: &str) -> bool {
-        self.namespace.as_deref().is_none_or(|n| n == ns)
+        !self.resource.namespaced() || self.namespace.as_deref().is_none_or(|n| n == ns)
     }
 
     /// A page of the list (`cont` is the previous page's `metadata.continue`).
     pub fn list_path(&self, selector: Option<&str>, cont: Option<&str>) -> String {
-        let mut p = format!(
-            "{}?limit={PAGE}&labelSelector={}",
-            self.resource.path(self.namespace.as_deref()),
-            encode_query_value(&self.resource.selector(selector))
-        );
+        let mut p = format!("{}?limit={PAGE}", self.resource.path(self.namespace.as_deref()));
+        let sel = self.resource.selector(selector);
+        if !sel.is_empty() {
+            p.push_str("&labelSelector=");
+            p.push_str(&encode_query_value(&sel));
+        }
         if let Some(c) = cont.filter(|c| !c.is_empty()) {
             p.push_str("&continue=");
             p.push_str(&encode_query_value(c));
@@ -100,16 +112,21 @@ impl Stream {
 
     /// A watch from `rv`, with bookmarks, ended by the server after `timeout_seconds`.
     pub fn watch_path(&self, selector: Option<&str>, rv: &str, timeout_seconds: u32) -> String {
-        format!(
-            "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}&labelSelector={}",
+        let mut p = format!(
+            "{}?watch=1&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={timeout_seconds}",
             self.resource.path(self.namespace.as_deref()),
-            encode_query_value(rv),
-            encode_query_value(&self.resource.selector(selector))
-        )
+            encode_query_value(rv)
+        );
+        let sel = self.resource.selector(selector);
+        if !sel.is_empty() {
+            p.push_str("&labelSelector=");
+            p.push_str(&encode_query_value(&sel));
+        }
+        p
     }
 
     pub fn describe(&self) -> String {
-        match &self.namespace {
+        match self.namespace.as_ref().filter(|_| self.resource.namespaced()) {
             Some(ns) => format!("{} in {ns}", self.resource.name()),
             None => self.resource.name().to_string(),
         }
@@ -155,9 +172,13 @@ pub fn resource_version(obj: &Value) -> Option<String> {
     obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string)
 }
 
-/// (namespace, name) of an object.
-pub fn key_of(obj: &Value) -> Option<(String, String)> {
+/// (namespace, name) of an object ("" for a cluster-scoped kind, "default" when a
+/// namespaced object has none).
+pub fn key_of(resource: Resource, obj: &Value) -> Option<(String, String)> {
     let name = obj.pointer("/metadata/name").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+    if !resource.namespaced() {
+        return Some((String::new(), name.to_string()));
+    }
     let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or("default");
     Some((ns.to_string(), name.to_string()))
 }
@@ -188,6 +209,7 @@ pub fn skip_reason(resource: Resource, obj: &Value) -> Option<&'static str> {
             }
             None
         }
+        Resource::Nodes => None,
     }
 }
 
@@ -205,7 +227,7 @@ pub fn relist(stream: &Stream, mirrored: &BTreeSet<(String, String)>, listed: Ve
     let mut keep = BTreeSet::new();
     let mut out = Vec::new();
     for obj in listed {
-        let Some(key) = key_of(&obj) else { continue };
+        let Some(key) = key_of(stream.resource, &obj) else { continue };
         if skip_reason(stream.resource, &obj).is_some() || !stream.covers(&key.0) {
             continue;
         }
@@ -224,7 +246,7 @@ pub fn relist(stream: &Stream, mirrored: &BTreeSet<(String, String)>, listed: Ve
 pub fn event_change(stream: &Stream, mirrored: bool, ev: &Event) -> Option<Change> {
     match ev {
         Event::Put(obj) => {
-            let key = key_of(obj)?;
+            let key = key_of(stream.resource, obj)?;
             if skip_reason(stream.resource, obj).is_none() {
                 Some(Change::Apply(obj.clone()))
             } else if mirrored {
@@ -234,7 +256,7 @@ pub fn event_change(stream: &Stream, mirrored: bool, ev: &Event) -> Option<Chang
             }
         }
         Event::Deleted(obj) => {
-            let key = key_of(obj)?;
+            let key = key_of(stream.resource, obj)?;
             mirrored.then_some(Change::Delete(key.0, key.1))
         }
         Event::Bookmark(_) | Event::Error { .. } => None,
@@ -280,9 +302,26 @@ mod tests {
 
     #[test]
     fn streams_per_namespace() {
-        assert_eq!(Stream::all(&[]).len(), 2);
+        assert_eq!(Stream::all(&[]).len(), 3);
         let s = Stream::all(&["a".into(), "b".into()]);
-        assert_eq!(s.len(), 4);
+        assert_eq!(s.len(), 5, "Nodes are cluster-scoped: one stream");
+        assert_eq!(s[4], Stream { resource: Resource::Nodes, namespace: None });
+        assert!(s[4].covers(""));
+        let nodes = Stream { resource: Resource::Nodes, namespace: Some("a".into()) };
+        assert_eq!(nodes.list_path(Some("x=y"), None), "/api/v1/nodes?limit=500");
+        assert_eq!(
+            nodes.watch_path(None, "5", 60),
+            "/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion=5&timeoutSeconds=60"
+        );
+        let node = serde_json::json!({"metadata": {"name": "n1"}});
+        assert_eq!(key_of(Resource::Nodes, &node), Some((String::new(), "n1".into())));
+        assert_eq!(key_of(Resource::Services, &node), Some(("default".into(), "n1".into())));
+        let mirrored: BTreeSet<(String, String)> =
+            [(String::new(), "n1".into()), (String::new(), "gone".into())].into();
+        assert_eq!(
+            relist(&nodes, &mirrored, vec![node.clone()]),
+            vec![Change::Apply(node), Change::Delete(String::new(), "gone".into())]
+        );
         assert!(s[0].covers("a") && !s[0].covers("b"));
         assert!(Stream::all(&[])[0].covers("anything"));
     }

@@ -56,6 +56,7 @@ pub struct RawConfig {
     pub idle_timeout_seconds: Option<i64>,
     pub resync_interval_seconds: Option<i64>,
     pub ubus: Option<String>,
+    pub pod_routes: Option<bool>,
     /// Cluster mode (a TOML table: keep it the last field, tables follow plain keys).
     pub cluster: Option<RawCluster>,
 }
@@ -312,6 +313,8 @@ pub struct Config {
     pub ubus: crate::ubus::Setting,
     /// Cluster mode: mirror an API server (needs a build with the `cluster` feature).
     pub cluster: Option<ClusterConfig>,
+    /// Route the Nodes' pod CIDRs via their InternalIPs (`crate::podroutes`).
+    pub pod_routes: bool,
 }
 
 impl Default for Config {
@@ -467,6 +470,7 @@ impl Config {
             resync_interval_seconds: int_as("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?,
             ubus,
             cluster: raw.cluster.map(ClusterConfig::from_raw).transpose()?,
+            pod_routes: raw.pod_routes.unwrap_or(false),
         })
     }
 
@@ -532,6 +536,7 @@ impl Config {
             resync_interval_seconds: i64::try_from(self.resync_interval_seconds).ok(),
             ubus: Some(self.ubus.to_string()),
             cluster: self.cluster.as_ref().map(ClusterConfig::to_raw),
+            pod_routes: Some(self.pod_routes),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
     }

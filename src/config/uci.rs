@@ -43,8 +43,8 @@ const INTEGER_KEYS: [&str; 8] = [
     "idle_timeout_seconds",
     "resync_interval_seconds",
 ];
-/// Keys the TOML config holds as booleans (none yet; UCI spells them 1/0, on/off, ...).
-const BOOL_KEYS: [&str; 0] = [];
+/// Keys the TOML config holds as booleans (UCI spells them 1/0, on/off, ...).
+const BOOL_KEYS: [&str; 1] = ["pod_routes"];
 /// Keys the TOML config holds as arrays: a single `option` becomes a one-element array,
 /// which is what `uci set nodeportd.main.KEY=VALUE` produces.
 const LIST_KEYS: [&str; 3] = ["service_cluster_ip_ranges", "nodeport_addresses", "namespaces"];
@@ -381,6 +381,7 @@ config nodeportd 'main'
 	option idle_timeout_seconds '120'
 	option resync_interval_seconds '600'
 	option ubus '/var/run/ubus/ubus.sock'
+	option pod_routes '1'
 
 config init 'init'
 	list reload_interface 'lan'
@@ -408,6 +409,7 @@ config init 'init'
         assert_eq!(t["idle_timeout_seconds"].as_integer(), Some(120));
         assert_eq!(t["resync_interval_seconds"].as_integer(), Some(600));
         assert_eq!(t["ubus"].as_str(), Some("/var/run/ubus/ubus.sock"));
+        assert_eq!(t["pod_routes"].as_bool(), Some(true));
         assert!(!t.contains_key("reload_interface"), "init-script options stay out of the daemon's config");
     }
 
@@ -429,6 +431,7 @@ config init 'init'
         assert_eq!(c.idle_timeout_seconds, 120);
         assert_eq!(c.resync_interval_seconds, 600);
         assert_eq!(c.ubus, crate::ubus::Setting::Path("/var/run/ubus/ubus.sock".into()));
+        assert!(c.pod_routes);
     }
 
     /// Every key the config can print (`--check-config`) can be written in UCI and reads

@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks", "cluster"];
+const KNOWN: &[&str] =
+    &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks", "podRoutes", "cluster"];
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -30,6 +31,30 @@ fn band(v: Option<&Value>) -> String {
 
 fn line(out: &mut String, label: &str, value: impl AsRef<str>) {
     out.push_str(&format!("{:<16}{}\n", format!("{label}:"), value.as_ref()));
+}
+
+/// `Pod routes  on, 2 installed (proto 158)`, one line per route and per skipped node.
+fn pod_routes(out: &mut String, pr: Option<&Value>) {
+    let Some(pr) = pr else { return };
+    let routes = pr.get("routes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let skipped = pr.get("skipped").and_then(Value::as_array).cloned().unwrap_or_default();
+    let on = pr.get("enabled").and_then(Value::as_bool) == Some(true);
+    if !on && routes.is_empty() && skipped.is_empty() {
+        return;
+    }
+    let state = if on { "on" } else { "off" };
+    line(out, "Pod routes", format!("{state}, {} installed (proto {})", routes.len(), text(pr.get("protocol"))));
+    for r in &routes {
+        let f = |k: &str| text(r.get(k));
+        line(out, "  route", format!("{} via {} dev {} (node {})", f("cidr"), f("via"), f("dev"), f("node")));
+    }
+    for r in &skipped {
+        let cidr = r.get("cidr").map(|c| format!(" {}", text(Some(c)))).unwrap_or_default();
+        line(out, "  skipped", format!("node {}{cidr}: {}", text(r.get("node")), text(r.get("reason"))));
+    }
+    if let Some(e) = pr.get("lastError").filter(|e| !e.is_null()) {
+        line(out, "  last error", text(Some(e)));
+    }
 }
 
 pub fn status_text(s: &Value) -> String {
@@ -82,6 +107,7 @@ pub fn status_text(s: &Value) -> String {
 
     health_checks(&mut out, s.get("healthChecks"));
     cluster(&mut out, s.get("cluster"));
+    pod_routes(&mut out, s.get("podRoutes"));
 
     if let Some(map) = s.as_object() {
         for (k, v) in map.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use crate::cluster::watch::{Resource, Stream};
-use crate::registry::{EndpointsKind, Registry};
+use crate::registry::{ObjKind, Registry};
 
 pub const CLUSTER_EVENT: &str = "nodeportd.cluster";
 
@@ -58,8 +58,9 @@ impl ClusterStatus {
     }
 
     pub fn json(&self, reg: &Registry) -> Value {
-        let services = reg.keys_where(None, crate::cluster::cluster_owned).len();
-        let slices = reg.keys_where(Some(EndpointsKind::EndpointSlice), crate::cluster::cluster_owned).len();
+        let services = reg.keys_where(ObjKind::Service, crate::cluster::cluster_owned).len();
+        let slices = reg.keys_where(ObjKind::EndpointSlice, crate::cluster::cluster_owned).len();
+        let nodes = reg.keys_where(ObjKind::Node, crate::cluster::cluster_owned).len();
         let streams: Vec<Value> = self
             .streams
             .iter()
@@ -79,8 +80,8 @@ impl ClusterStatus {
             "connected": self.connected(),
             "resourceVersion": self.resource_version,
             "lastError": self.last_error,
-            "objects": services + slices,
-            "mirrored": { "services": services, "endpointSlices": slices },
+            "objects": services + slices + nodes,
+            "mirrored": { "services": services, "endpointSlices": slices, "nodes": nodes },
             "conflicts": conflicts,
             "relists": self.relists,
             "events": self.events,
@@ -98,11 +99,12 @@ impl ClusterStatus {
     }
 }
 
-/// Which registry kind a stream's objects are (None: Services).
-pub fn kind_of(r: Resource) -> Option<EndpointsKind> {
+/// Which registry kind a stream's objects are.
+pub fn kind_of(r: Resource) -> ObjKind {
     match r {
-        Resource::Services => None,
-        Resource::EndpointSlices => Some(EndpointsKind::EndpointSlice),
+        Resource::Services => ObjKind::Service,
+        Resource::EndpointSlices => ObjKind::EndpointSlice,
+        Resource::Nodes => ObjKind::Node,
     }
 }
 
@@ -126,6 +128,7 @@ mod live {
     use crate::daemon::handlers::{self, Intent, Source};
     use crate::daemon::State;
     use crate::model::parse_object;
+    use crate::registry::EndpointsKind;
 
     /// Loads the credentials and starts the stream threads; the returned receiver goes
     /// to [`run`]. An error (bad CA, key readable by others, ...) stops the daemon's start.
@@ -240,20 +243,23 @@ mod live {
         match r {
             Resource::Services => "Service",
             Resource::EndpointSlices => "EndpointSlice",
+            Resource::Nodes => "Node",
         }
     }
 
     /// A change as a registry intent; the cluster's ownership mark added.
     fn intent(r: Resource, change: Change) -> Result<Intent, RpcError> {
         match change {
-            Change::Delete(ns, name) => Ok(match kind_of(r) {
-                None => Intent::DeleteService(ns, name),
-                Some(k) => Intent::DeleteEndpoints(k, ns, name),
+            Change::Delete(ns, name) => Ok(match r {
+                Resource::Services => Intent::DeleteService(ns, name),
+                Resource::EndpointSlices => Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, ns, name),
+                Resource::Nodes => Intent::DeleteNode(name),
             }),
             Change::Apply(mut v) => {
                 let (kind, api) = match r {
                     Resource::Services => ("Service", "v1"),
                     Resource::EndpointSlices => ("EndpointSlice", "discovery.k8s.io/v1"),
+                    Resource::Nodes => ("Node", "v1"),
                 };
                 if let Value::Object(m) = &mut v {
                     m.insert("kind".into(), json!(kind));
@@ -279,12 +285,14 @@ mod live {
     }
 
     fn label(r: Resource, change: &Change) -> String {
-        match change {
-            Change::Delete(ns, n) => format!("{} {ns}/{n}", word(r)),
-            Change::Apply(v) => {
-                let (ns, n) = watch::key_of(v).unwrap_or_default();
-                format!("{} {ns}/{n}", word(r))
-            }
+        let (ns, n) = match change {
+            Change::Delete(ns, n) => (ns.clone(), n.clone()),
+            Change::Apply(v) => watch::key_of(r, v).unwrap_or_default(),
+        };
+        if r.namespaced() {
+            format!("{} {ns}/{n}", word(r))
+        } else {
+            format!("{} {n}", word(r))
         }
     }
 

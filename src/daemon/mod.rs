@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod handlers;
 pub mod health;
 pub mod node;
+pub mod pod_routes;
 pub mod run;
 pub mod status;
 // Being rewritten with the data plane (issue 11): its cast findings are left to that work.

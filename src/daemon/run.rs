@@ -15,7 +15,7 @@ use super::sync::DataplaneStatus;
 use super::Args;
 use crate::api::{self, server};
 use crate::config::Config;
-use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Service};
+use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Node, Service};
 use crate::registry::Registry;
 use crate::store::{Kind, Store, Stored};
 
@@ -48,6 +48,8 @@ pub struct State {
     pub ubus: crate::ubus::Events,
     /// Cluster mode's connection (None: not configured).
     pub cluster: Option<super::cluster::ClusterStatus>,
+    /// Routes to the Nodes' pod CIDRs (`pod_routes`).
+    pub pod_routes: super::pod_routes::PodRoutes,
 }
 
 impl State {
@@ -62,6 +64,10 @@ impl State {
             self.dirty.insert(key);
         }
         self.wake.notify_one();
+    }
+    /// A Node was applied or deleted: the pod routes follow.
+    pub fn nodes_changed(&mut self) {
+        self.pod_routes.wake();
     }
     /// The resync timer: look for drift nobody told us about.
     pub fn request_check(&mut self) {
@@ -78,23 +84,18 @@ impl State {
 
 /// Decode what the store read back; a file that no longer decodes stops the daemon
 /// with its name (it is never overwritten).
-fn decode_stored(
-    state_dir: &std::path::Path,
-    objs: Vec<Stored>,
-) -> Result<(Vec<Service>, Vec<EndpointsObject>), String> {
+type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
+
+fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decoded, String> {
     let mut services = Vec::new();
     let mut endpoints = Vec::new();
+    let mut nodes = Vec::new();
     for o in objs {
         let file = || {
-            let dir = match o.kind {
-                Kind::Service => "services",
-                Kind::Endpoints => "endpoints",
-                Kind::EndpointSlice => "endpointslices",
-            };
             state_dir
                 .join("objects")
-                .join(dir)
-                .join(&o.namespace)
+                .join(o.kind.dir())
+                .join(o.kind.ns_dir(&o.namespace))
                 .join(format!("{}.json", o.name))
                 .display()
                 .to_string()
@@ -112,9 +113,12 @@ fn decode_stored(
                 serde_json::from_value::<EndpointSlice>(o.object)
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
+            Kind::Node => nodes.push(
+                serde_json::from_value::<Node>(o.object).map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+            ),
         }
     }
-    Ok((services, endpoints))
+    Ok((services, endpoints, nodes))
 }
 
 /// A dry run's private state directory, removed when the daemon stops.
@@ -150,9 +154,10 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
     // directory another daemon is using.
     let _lock = crate::store::lock_state_dir(&cfg.state_dir).map_err(|e| e.to_string())?;
     let (store, objects) = Store::open(&cfg.state_dir).map_err(|e| e.to_string())?;
-    let (services, endpoints) = decode_stored(&cfg.state_dir, objects)?;
+    let (services, endpoints, nodes) = decode_stored(&cfg.state_dir, objects)?;
     let n_services = services.len();
-    let (registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    let (mut registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    registry.restore_nodes(nodes);
     for p in &problems {
         log::warn!("state: {p}");
     }
@@ -198,6 +203,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             wake: wake.clone(),
             ubus: ubus_events,
             cluster: None,
+            pod_routes: Default::default(),
             cfg: cfg.clone(),
         }));
         #[cfg(feature = "cluster")]
@@ -234,6 +240,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
         super::node::spawn_watchers(st.clone());
+        super::pod_routes::spawn(st.clone());
         tokio::task::spawn_local(super::health::run(st.clone()));
 
         log::info!(
@@ -322,5 +329,6 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         s.node.reconfigure(&cfg);
     }
     s.request_full_resync();
+    s.pod_routes.wake();
     log::info!("configuration reloaded");
 }

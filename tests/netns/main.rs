@@ -13,6 +13,7 @@ mod apiserver;
 #[path = "../nft_common/listing.rs"]
 mod listing;
 mod objects;
+mod pod_routes;
 mod scenarios;
 mod topo;
 

@@ -30,6 +30,7 @@ pub fn fixture(name: &str) -> PathBuf {
 pub enum Res {
     Services,
     Slices,
+    Nodes,
 }
 
 /// What the stand-in holds and how it misbehaves; change it with [`ApiServer::with`].
@@ -103,6 +104,15 @@ pub fn service(ns: &str, name: &str, cluster_ip: &str, port: u16, node_port: Opt
                      "managedFields": [{"manager": "kubectl", "operation": "Update"}]},
         "spec": spec,
         "status": {"loadBalancer": {}}
+    })
+}
+
+pub fn node(name: &str, internal_ip: &str, pod_cidr: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]},
+        "status": {"addresses": [{"type": "InternalIP", "address": internal_ip}, {"type": "Hostname", "address": name}],
+                   "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320000}]}
     })
 }
 
@@ -268,6 +278,7 @@ fn route(path: &str) -> Option<(Res, Option<String>)> {
     };
     match (base, plural.as_str()) {
         (Res::Services, "/services") | (Res::Slices, "/endpointslices") => Some((base, ns)),
+        (Res::Services, "/nodes") if ns.is_none() => Some((Res::Nodes, None)),
         _ => None,
     }
 }
@@ -399,7 +410,11 @@ fn serve(sh: &Shared, tls: Arc<ServerConfig>, tcp: TcpStream) {
             sent = sent.max(now_rv);
             if bookmark_every.is_some_and(|e| last_bookmark.elapsed() >= e) {
                 last_bookmark = Instant::now();
-                let kind = if res == Res::Services { "Service" } else { "EndpointSlice" };
+                let kind = match res {
+                    Res::Services => "Service",
+                    Res::Slices => "EndpointSlice",
+                    Res::Nodes => "Node",
+                };
                 let ev = json!({"type": "BOOKMARK", "object": {"kind": kind, "metadata": {"resourceVersion": now_rv.to_string()}}});
                 if write_chunk(sh, &mut s, format!("{ev}\n").as_bytes()).is_err() {
                     return;
@@ -423,7 +438,11 @@ fn serve(sh: &Shared, tls: Arc<ServerConfig>, tcp: TcpStream) {
     };
     let page: Vec<Value> = items.iter().skip(offset).take(limit).cloned().collect();
     let cont = if offset + page.len() < items.len() { (offset + page.len()).to_string() } else { String::new() };
-    let kind = if res == Res::Services { "ServiceList" } else { "EndpointSliceList" };
+    let kind = match res {
+        Res::Services => "ServiceList",
+        Res::Slices => "EndpointSliceList",
+        Res::Nodes => "NodeList",
+    };
     let body = json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string(), "continue": cont}, "items": page}).to_string();
     log(sh, 200);
     if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n").is_err()
