@@ -209,10 +209,14 @@ SIZE_FLAGS="-C relocation-model=static -C force-unwind-tables=no"
 #                          no longer has. Unstable, hence -Z unstable-options.
 #   location-detail=none   no file/line/column strings for #[track_caller] sites (what
 #                          remains of them once panics print nothing)
+#   fmt-debug=shallow      a derived Debug prints the type or variant name only (strings,
+#                          numbers and durations keep their Debug). Messages quote values with
+#                          {:?} on strings only; the derived Debug of netlink-packet-route's
+#                          messages, which netlink-proto keeps alive in a warn!, was ~200 KB.
 # and std's `optimize_for_size` feature (-Z build-std-features, which also leaves out the
 # backtrace symbolizer): smaller, slower algorithms in core/alloc (sorting, integer
 # formatting) with the same results.
-BUILDSTD_SIZE_FLAGS="-Z unstable-options -C panic=immediate-abort -Z location-detail=none"
+BUILDSTD_SIZE_FLAGS="-Z unstable-options -C panic=immediate-abort -Z location-detail=none -Z fmt-debug=shallow"
 # NP_PANIC_MESSAGES=1: keep panic messages (and their locations) on these targets too, to
 # find out why a daemon died on a router (+~220 KB on mipsel).
 if [ "${NP_PANIC_MESSAGES:-0}" = 1 ]; then

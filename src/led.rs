@@ -175,12 +175,16 @@ impl Pattern {
 /// Drive `pin` from the daemon's state until the sender is dropped; the LED is switched
 /// off then. Write failures are logged once per run of failures and never end the loop:
 /// an LED that comes back (a module reloaded) is picked up again.
-pub async fn run<P: OutputPin>(pin: P, rx: watch::Receiver<LedState>) {
+pub async fn run<P: OutputPin<Error: fmt::Display>>(pin: P, rx: watch::Receiver<LedState>) {
     run_with(pin, rx, SLOW_BLINK).await
 }
 
 /// [`run`] with a chosen blink speed.
-pub async fn run_with<P: OutputPin>(mut pin: P, mut rx: watch::Receiver<LedState>, half_period: Duration) {
+pub async fn run_with<P: OutputPin<Error: fmt::Display>>(
+    mut pin: P,
+    mut rx: watch::Receiver<LedState>,
+    half_period: Duration,
+) {
     let mut failing = false;
     loop {
         let pattern = rx.borrow_and_update().pattern(half_period);
@@ -190,7 +194,7 @@ pub async fn run_with<P: OutputPin>(mut pin: P, mut rx: watch::Receiver<LedState
             let result = if level { pin.set_high() } else { pin.set_low() };
             match result {
                 Err(e) if !failing => {
-                    log::warn!("status LED: {e:?}");
+                    log::warn!("status LED: {e}");
                     failing = true;
                 }
                 Ok(()) if failing => {
@@ -209,7 +213,7 @@ pub async fn run_with<P: OutputPin>(mut pin: P, mut rx: watch::Receiver<LedState
         };
         if !sender_alive {
             if let Err(e) = pin.set_low() {
-                log::warn!("status LED: cannot switch it off: {e:?}");
+                log::warn!("status LED: cannot switch it off: {e}");
             }
             return;
         }
