@@ -12,15 +12,12 @@ pub mod config;
 pub mod conntrack;
 pub mod ctl;
 pub mod daemon;
-// The data plane is being rewritten (issue 11): its cast findings are left to that work.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub mod dataplane;
 pub mod healthcheck;
 pub mod led;
 pub mod logging;
 pub mod model;
 pub mod netwatch;
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub mod nft;
 pub mod podroutes;
 pub mod registry;

@@ -198,6 +198,31 @@ fn kubectl_objects_allocate_persist_and_survive_restarts() {
     assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["static"]["used"], 0);
 }
 
+/// Sends `raw` (no newline) without closing the write side, and reads the answer and
+/// then whether the connection ends (EOF or reset) within 5 s. Writes that fail because
+/// the daemon already closed are expected.
+fn oversized(socket: &Path, raw: &[u8]) -> (Value, bool) {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    w.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let raw = raw.to_vec();
+    let writer = std::thread::spawn(move || w.write_all(&raw).is_ok());
+    let mut got = Vec::new();
+    let mut b = [0u8; 4096];
+    let eof = loop {
+        match s.read(&mut b) {
+            Ok(0) => break true,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false, // timed out: still open
+        }
+    };
+    writer.join().unwrap();
+    let line = got.split(|&c| c == b'\n').next().unwrap_or_default();
+    (serde_json::from_slice(line).unwrap_or(Value::Null), eof)
+}
+
 #[test]
 fn bad_input_is_answered_and_the_daemon_lives() {
     let dir = setup();
@@ -217,10 +242,9 @@ fn bad_input_is_answered_and_the_daemon_lives() {
     raw.extend_from_slice(
         b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"service.apply\",\"params\":{\"object\":{\"kind\":\"Service\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"p\"},\"spec\":{\"type\":\"NodePort\",\"ports\":[{\"port\":80,\"nodePort\":40000}]}}}}\n",
     );
-    raw.extend_from_slice(big.as_bytes());
     raw.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"status\"}\n");
     let r = rpc(&d.socket, &raw);
-    assert_eq!(r.len(), 8, "{r:?}");
+    assert_eq!(r.len(), 7, "{r:?}");
     assert_eq!(r[0]["error"]["code"], -32700);
     assert_eq!(r[1]["error"]["code"], -32600);
     assert_eq!(r[2]["error"]["code"], -32601);
@@ -233,11 +257,49 @@ fn bad_input_is_answered_and_the_daemon_lives() {
         m.contains("spec.ports[0].nodePort: Invalid value: 40000: provided port is not in the valid range. The range of valid ports is 30000-32767"),
         "{m}"
     );
-    assert_eq!(r[6]["error"]["data"]["reason"], "TooLarge");
-    assert_eq!(r[7]["id"], 5);
-    assert_eq!(r[7]["result"]["objects"]["services"], 0, "nothing was stored: {}", r[7]);
+    assert_eq!(r[6]["id"], 5);
+    assert_eq!(r[6]["result"]["objects"]["services"], 0, "nothing was stored: {}", r[6]);
+    // Over max_request_bytes (1 MiB): answered as soon as the limit is passed, without
+    // waiting for the newline (the client sends no more and waits), then closed.
+    let (answer, eof) = oversized(&d.socket, &big.as_bytes()[..big.len() - 1]);
+    assert_eq!(answer["error"]["data"]["reason"], "TooLarge", "{answer}");
+    let m = answer["error"]["message"].as_str().unwrap();
+    assert!(m.contains("max_request_bytes (1048576)"), "{m}");
+    assert!(eof, "the connection was not closed after the TooLarge answer");
     assert!(d.alive());
     assert_eq!(d.json(&["status", "-o", "json"])["nodePorts"]["dynamic"]["used"], 0);
+}
+
+/// nodeportctl against a daemon with a small max_request_bytes: a batch over it is
+/// refused (and its connection closed), so nodeportctl reconnects and applies one object
+/// per call; an object alone over the limit is refused by name and the rest still apply.
+#[test]
+fn apply_reconnects_after_an_oversized_request_is_refused() {
+    let dir = setup();
+    std::fs::write(
+        dir.path().join("nodeportd.toml"),
+        "node_name = \"edge-1\"\nnodeport_addresses = [\"127.0.0.0/8\"]\nmax_request_bytes = 4096\n",
+    )
+    .unwrap();
+    let d = Daemon::start(dir.path());
+    let svc = |name: String, note: usize| {
+        json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "annotations": {"note": "x".repeat(note)}},
+            "spec": {"type": "NodePort", "ports": [{"port": 80}]}})
+    };
+    let mut items: Vec<Value> = (0..30).map(|i| svc(format!("s{i}"), 10)).collect();
+    items.insert(12, svc("huge".into(), 8192));
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    assert!(list.len() > 4096 * 3);
+    let out = d.ctl(&["apply", "-f", "-"], Some(&list));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().count(), 30, "{stdout}\n{stderr}");
+    assert!(stdout.contains("service/default/s29 created"), "{stdout}");
+    assert!(stderr.contains("TooLarge") && stderr.contains("max_request_bytes (4096)"), "{stderr}");
+    assert!(stderr.contains("1 object(s)"), "{stderr}");
+    assert_eq!(d.json(&["status", "-o", "json"])["objects"]["services"], 30);
 }
 
 #[test]

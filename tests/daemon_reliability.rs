@@ -358,3 +358,51 @@ fn a_list_is_applied_in_one_call_with_per_object_results() {
     assert!(results[1]["error"]["message"].as_str().unwrap().contains("params.objects[1]"), "{r}");
     assert_eq!(results[2]["action"], "created");
 }
+
+/// Issue 12: 100 persistent clients applying at once with the default config: none is
+/// refused or closed, every call on every connection is answered, and `status` still
+/// gets in from a 101st connection.
+#[test]
+fn a_hundred_persistent_clients_are_all_served_with_the_default_config() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let clients: Vec<UnixStream> = (0..100).map(|_| UnixStream::connect(&d.socket).expect("connect")).collect();
+    let start = Arc::new(std::sync::Barrier::new(100));
+    let threads: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let mut w = s.try_clone().unwrap();
+                let mut r = std::io::BufReader::new(s);
+                start.wait();
+                let mut answers = Vec::new();
+                for round in 0..3 {
+                    let req = serde_json::json!({"jsonrpc": "2.0", "id": round, "method": "service.apply",
+                        "params": {"object": {"apiVersion": "v1", "kind": "Service",
+                            "metadata": {"name": format!("c{i}"), "annotations": {"round": round.to_string()}},
+                            "spec": {"type": "NodePort", "ports": [{"port": 80}]}}}});
+                    w.write_all(format!("{req}\n").as_bytes()).unwrap();
+                    let mut line = String::new();
+                    std::io::BufRead::read_line(&mut r, &mut line).unwrap();
+                    answers.push(line);
+                }
+                answers
+            })
+        })
+        .collect();
+    for (i, t) in threads.into_iter().enumerate() {
+        for (round, line) in t.join().unwrap().iter().enumerate() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|_| panic!("client {i} round {round}: {line:?}"));
+            assert_eq!(v["id"], round, "client {i}: {v}");
+            assert!(v["result"]["object"].is_object(), "client {i} round {round}: {v}");
+        }
+    }
+    let out = d.ctl(&["status", "-o", "json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["objects"]["services"], 100, "{st}");
+}

@@ -8,8 +8,9 @@
 //!   (one not in the middle of a request) instead of being refused; the last slot is
 //!   kept for root, so a flood from one user can never shut root out;
 //! * a request line that passes `max_request_bytes` is answered at once (`TooLarge`),
-//!   without waiting for its newline; the rest of the line is discarded as it arrives,
-//!   each byte looked at once (no rescanning from the start of the line).
+//!   without waiting for its newline, and the connection is closed: the daemon neither
+//!   buffers nor reads the rest of it. Each byte is looked at once (no rescanning from
+//!   the start of the line).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -233,8 +234,8 @@ async fn write_line(stream: &mut UnixStream, v: &Value) -> io::Result<()> {
 }
 
 /// Serve one connection: read lines, answer each in order. A malformed line gets an
-/// error response and the connection stays usable; so does an oversized one, which is
-/// answered as soon as it passes the limit.
+/// error response and the connection stays usable. An oversized one is answered as soon
+/// as it passes the limit, and the connection is then closed.
 async fn connection(
     mut stream: UnixStream,
     handler: &Handler,
@@ -246,8 +247,6 @@ async fn connection(
     let mut chunk = vec![0u8; 16 * 1024];
     // `buf[..scanned]` holds no newline: each byte is searched once.
     let mut scanned = 0usize;
-    // Inside an oversized line that was already answered: drop bytes until its newline.
-    let mut discarding = false;
     let first_deadline = Instant::now() + limits.first_request_timeout;
     let mut had_request = false;
     loop {
@@ -255,19 +254,13 @@ async fn connection(
         while let Some(off) = buf[scanned..].iter().position(|&b| b == b'\n') {
             let end = scanned + off;
             scanned = end + 1;
-            let was_discarding = std::mem::replace(&mut discarding, false);
             let line_start = std::mem::replace(&mut start, scanned);
-            if was_discarding {
-                continue;
+            if end - line_start > limits.max_request_bytes {
+                return refuse_too_large(stream, &mut chunk, limits).await;
             }
             had_request = true;
             slot.busy.set(true);
-            let resp = if end - line_start > limits.max_request_bytes {
-                Some(rpc::response_err(Value::Null, &too_large(limits)))
-            } else {
-                answer(&buf[line_start..end], handler, cred).await
-            };
-            if let Some(resp) = resp {
+            if let Some(resp) = answer(&buf[line_start..end], handler, cred).await {
                 write_line(&mut stream, &resp).await?;
             }
             slot.busy.set(false);
@@ -275,16 +268,9 @@ async fn connection(
         }
         buf.drain(..start);
         scanned -= start;
-        if discarding {
-            buf.clear();
-            scanned = 0;
-        } else if buf.len() > limits.max_request_bytes {
-            // Answer now; the rest of the line is dropped as it arrives.
-            had_request = true;
-            write_line(&mut stream, &rpc::response_err(Value::Null, &too_large(limits))).await?;
-            discarding = true;
-            buf = Vec::with_capacity(4096);
-            scanned = 0;
+        if buf.len() > limits.max_request_bytes {
+            // Answer now, without waiting for the newline, and close.
+            return refuse_too_large(stream, &mut chunk, limits).await;
         }
         let deadline = if had_request {
             Instant::now() + limits.idle_timeout
@@ -300,7 +286,7 @@ async fn connection(
         };
         if n == 0 {
             // EOF: a last request without a trailing newline still gets its answer.
-            if !discarding && buf.iter().any(|b| !b.is_ascii_whitespace()) {
+            if buf.iter().any(|b| !b.is_ascii_whitespace()) {
                 slot.busy.set(true);
                 if let Some(resp) = answer(&buf, handler, cred).await {
                     write_line(&mut stream, &resp).await?;
@@ -311,6 +297,25 @@ async fn connection(
         slot.last_active.set(Instant::now());
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Reads at most this many more chunks of an oversized request before closing.
+const DRAIN_CHUNKS: usize = 8;
+
+/// Answer a request over `max_request_bytes` and close the connection. The write side is
+/// shut down first, so the client reads the answer and then EOF; what the client already
+/// sent is drained (without waiting, and at most `DRAIN_CHUNKS` reads) so that closing
+/// does not turn that EOF into a reset.
+async fn refuse_too_large(mut stream: UnixStream, chunk: &mut [u8], limits: &Limits) -> io::Result<()> {
+    write_line(&mut stream, &rpc::response_err(Value::Null, &too_large(limits))).await?;
+    stream.shutdown().await?;
+    for _ in 0..DRAIN_CHUNKS {
+        match stream.try_read(chunk) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+    }
+    Ok(())
 }
 
 fn too_large(limits: &Limits) -> RpcError {
@@ -481,24 +486,75 @@ mod tests {
         });
     }
 
+    /// Reads until EOF or an error, within `within`: the bytes, and whether it was a
+    /// clean EOF (not a reset).
+    async fn read_to_eof(s: &mut UnixStream, within: Duration) -> (Vec<u8>, bool) {
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(within, s.read(&mut b)).await {
+                Ok(Ok(0)) => return (got, true),
+                Ok(Ok(n)) => got.extend_from_slice(&b[..n]),
+                Ok(Err(_)) => return (got, false),
+                Err(_) => panic!("no EOF within {within:?}; got {:?}", String::from_utf8_lossy(&got)),
+            }
+        }
+    }
+
     #[test]
-    fn an_oversized_line_is_answered_before_its_newline_arrives() {
+    fn an_oversized_line_is_answered_and_closed_before_its_newline_arrives() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.sock");
         block_on(async {
             let l = bind(&path, None).unwrap();
             tokio::task::spawn_local(serve(l, echo(), limits(4), None));
+            // A request first: it is answered, in order, before the oversized line.
             let mut s = UnixStream::connect(&path).await.unwrap();
-            // 64 KiB without a newline: the answer comes while the line is still open.
+            s.write_all(status_req(1).as_bytes()).await.unwrap();
+            // 64 KiB without a newline, and the client then waits: the answer comes while
+            // the line is still open, followed at once by a clean EOF (no reset).
             s.write_all(&vec![b'a'; 64 * 1024]).await.unwrap();
-            let r = tokio::time::timeout(Duration::from_secs(2), read_lines(&mut s, 1)).await.unwrap();
-            assert_eq!(r[0]["error"]["data"]["reason"], "TooLarge");
-            // More of the same line is dropped; after its newline the connection serves again.
-            s.write_all(&vec![b'b'; 64 * 1024]).await.unwrap();
-            s.write_all(b"\n").await.unwrap();
-            s.write_all(status_req(3).as_bytes()).await.unwrap();
-            let r = read_lines(&mut s, 1).await;
-            assert_eq!(r[0]["result"]["n"], 3, "{r:?}");
+            let (got, clean) = read_to_eof(&mut s, Duration::from_secs(2)).await;
+            let lines: Vec<Value> = got
+                .split(|&c| c == b'\n')
+                .filter(|l| !l.is_empty())
+                .map(|l| serde_json::from_slice(l).unwrap())
+                .collect();
+            assert_eq!(lines.len(), 2, "{lines:?}");
+            assert_eq!(lines[0]["result"]["n"], 1);
+            assert_eq!(lines[1]["error"]["data"]["reason"], "TooLarge");
+            let m = lines[1]["error"]["message"].as_str().unwrap();
+            assert!(m.contains("max_request_bytes (1024)"), "{m}");
+            assert!(clean, "the connection was reset instead of closed");
+            // Writing on is refused by the closed connection; the server serves others.
+            let mut more = Ok(());
+            for _ in 0..64 {
+                more = s.write_all(&[b'b'; 16 * 1024]).await;
+                if more.is_err() {
+                    break;
+                }
+            }
+            assert!(more.is_err(), "the server still reads the oversized line");
+            let mut t = UnixStream::connect(&path).await.unwrap();
+            t.write_all(status_req(3).as_bytes()).await.unwrap();
+            assert_eq!(read_lines(&mut t, 1).await[0]["result"]["n"], 3);
+            // Just over the limit, newline included in the same read: the same.
+            let mut u = UnixStream::connect(&path).await.unwrap();
+            let mut line = vec![b'c'; 1025];
+            line.push(b'\n');
+            line.extend_from_slice(status_req(4).as_bytes());
+            u.write_all(&line).await.unwrap();
+            let (got, clean) = read_to_eof(&mut u, Duration::from_secs(2)).await;
+            let v: Value = serde_json::from_slice(got.strip_suffix(b"\n").unwrap()).unwrap();
+            assert_eq!(v["error"]["data"]["reason"], "TooLarge");
+            assert!(clean);
+            // Exactly at the limit is a request like any other.
+            let mut w = UnixStream::connect(&path).await.unwrap();
+            let pad = 1024 - status_req(5).len() + 1;
+            let at_limit = format!("{}{}", " ".repeat(pad), status_req(5));
+            assert_eq!(at_limit.len(), 1025);
+            w.write_all(at_limit.as_bytes()).await.unwrap();
+            assert_eq!(read_lines(&mut w, 1).await[0]["result"]["n"], 5);
         });
     }
 
@@ -514,14 +570,15 @@ mod tests {
             let mut s = UnixStream::connect(&path).await.unwrap();
             let big = format!("{{\"x\":\"{}\"}}\n", "a".repeat(5000));
             let req = format!(
-                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{{\"n\":1}}}}\n{{garbage\n{big}{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"echo\"}}\n"
+                "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"echo\",\"params\":{{\"n\":1}}}}\n{{garbage\n{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"echo\"}}\n{big}"
             );
             s.write_all(req.as_bytes()).await.unwrap();
             let v = read_lines(&mut s, 4).await;
             assert_eq!(v[0]["result"]["n"], 1);
             assert_eq!(v[1]["error"]["code"], rpc::PARSE_ERROR);
-            assert_eq!(v[2]["error"]["data"]["reason"], "TooLarge");
-            assert_eq!(v[3]["id"], 2);
+            assert_eq!(v[2]["id"], 2);
+            assert_eq!(v[3]["error"]["data"]["reason"], "TooLarge");
+            assert!(closed(&mut s, Duration::from_secs(2)).await);
             // A second daemon on the same socket is refused while the first lives.
             assert!(bind(&path, None).is_err());
         });

@@ -68,7 +68,7 @@ fn read_source(file: &str) -> Result<String, String> {
 }
 
 fn typed<T: DeserializeOwned>(v: Value) -> Result<T, String> {
-    serde_json::from_value(v).map_err(|e| format!("bad object from nodeportd: {e}"))
+    crate::model::parse::decode(v).map_err(|e| format!("bad object from nodeportd: {e}"))
 }
 
 fn method_prefix(res: Resource) -> &'static str {

@@ -1,7 +1,7 @@
 //! A blocking JSON-RPC 2.0 client for the daemon's socket: one request per line, one
 //! response per line, several requests on one connection.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -35,9 +35,13 @@ impl std::fmt::Display for CallError {
 }
 
 pub struct Client {
+    path: String,
     reader: BufReader<UnixStream>,
     writer: UnixStream,
     next_id: u64,
+    /// The daemon closes a connection after answering an oversized request: the next
+    /// call opens a new one.
+    closed: bool,
 }
 
 impl Client {
@@ -49,22 +53,39 @@ impl Client {
         stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
         stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
         let writer = stream.try_clone().map_err(io)?;
-        Ok(Client { reader: BufReader::new(stream), writer, next_id: 1 })
+        Ok(Client { path: path.to_string(), reader: BufReader::new(stream), writer, next_id: 1, closed: false })
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, CallError> {
+        if self.closed {
+            let next_id = self.next_id;
+            *self = Client::connect(&self.path)?;
+            self.next_id = next_id;
+        }
         let id = self.next_id;
         self.next_id += 1;
         let mut line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
         line.push('\n');
         let io = |e: std::io::Error| CallError::Transport(format!("talking to nodeportd: {e}"));
-        self.writer.write_all(line.as_bytes()).map_err(io)?;
-        self.writer.flush().map_err(io)?;
-        let mut reply = String::new();
-        if self.reader.read_line(&mut reply).map_err(io)? == 0 {
-            return Err(CallError::Transport("nodeportd closed the connection without an answer".into()));
+        // A request over max_request_bytes is answered (TooLarge) and the connection
+        // closed before it is all sent: the write then fails, and the answer is read anyway.
+        let sent = self.writer.write_all(line.as_bytes()).and_then(|()| self.writer.flush());
+        if let Err(e) = &sent {
+            self.closed = true;
+            if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) {
+                return Err(CallError::Transport(format!("talking to nodeportd: {e}")));
+            }
         }
-        parse_response(&reply, id)
+        let mut reply = String::new();
+        let r = match (self.reader.read_line(&mut reply), sent) {
+            (Ok(n), _) if n > 0 => parse_response(&reply, id),
+            (_, Err(e)) | (Err(e), Ok(())) => Err(io(e)),
+            (Ok(_), Ok(())) => Err(CallError::Transport("nodeportd closed the connection without an answer".into())),
+        };
+        if matches!(&r, Err(CallError::Server { reason: Some(r), .. }) if r == "TooLarge") {
+            self.closed = true;
+        }
+        r
     }
 }
 

@@ -14,8 +14,6 @@ pub mod node;
 pub mod pod_routes;
 pub mod run;
 pub mod status;
-// Being rewritten with the data plane (issue 11): its cast findings are left to that work.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
 pub mod sync;
 pub mod ubus;
 

@@ -102,15 +102,15 @@ fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decod
         };
         match o.kind {
             Kind::Service => services.push(
-                serde_json::from_value::<Service>(o.object)
+                crate::model::parse::decode::<Service>(o.object)
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             ),
             Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(
-                serde_json::from_value::<Endpoints>(o.object)
+                crate::model::parse::decode::<Endpoints>(o.object)
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
             Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(
-                serde_json::from_value::<EndpointSlice>(o.object)
+                crate::model::parse::decode::<EndpointSlice>(o.object)
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
             Kind::Node => nodes.push(

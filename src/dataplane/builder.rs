@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use crate::config::Config;
 use crate::model::{Backend, Protocol, Service, ServiceType};
 use crate::nft::ir::*;
+use crate::nft::wire::len_u32;
 
 use super::endpoints::{categorize, Target};
 use super::names::{self, IpFamily, PortId};
@@ -665,12 +666,12 @@ fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Ba
                 out.elements.push((miss(nodeport).into(), plain_element(key.clone())));
                 return;
             }
-            let count = targets.len() as u32;
+            let count = len_u32(targets.len());
             out.elements.push((names::endpoint_count_set(fam, nodeport, count), plain_element(key.clone())));
             let backends = if nodeport { m.nodeport_backends } else { m.service_backends };
             for (slot, t) in targets.iter().enumerate() {
                 let mut k = key.clone();
-                k.push(Value::Int(slot as u32));
+                k.push(Value::Int(len_u32(slot)));
                 let data = ElementData::Values(vec![Value::Addr(t.ip), Value::Port(t.port)]);
                 out.elements.push((backends.into(), Element { key: k, data: Some(data), timeout: None }));
                 out.shared.push((m.hairpin.into(), plain_element(vec![Value::Addr(t.ip), Value::Addr(t.ip)])));
@@ -805,9 +806,9 @@ fn affinity_port(
         let entries = members
             .iter()
             .enumerate()
-            .map(|(i, t)| (Value::Mark(i as u32), goto(&sp.id.endpoint_chain(&t.ip, t.port))))
+            .map(|(i, t)| (Value::Mark(len_u32(i)), goto(&sp.id.endpoint_chain(&t.ip, t.port))))
             .collect();
-        rules.push(rule(vec![Stmt::VmapInline { key: Field::NumgenRandom(members.len() as u32), entries }]));
+        rules.push(rule(vec![Stmt::VmapInline { key: Field::NumgenRandom(len_u32(members.len())), entries }]));
         (chain(&name), rules)
     };
     if uses_cluster_chain {

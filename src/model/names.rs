@@ -115,8 +115,12 @@ pub fn qualified_name(s: &str) -> Result<(), String> {
         }
         dns1123_subdomain(p).map_err(|e| format!("prefix part {e}"))?;
     }
-    if name.is_empty() || name.len() > 63 {
-        return Err("name part must be non-empty and no more than 63 characters".to_string());
+    // apimachinery's `content` checks (label keys and values) count bytes.
+    if name.is_empty() {
+        return Err("name part must be non-empty".to_string());
+    }
+    if name.len() > 63 {
+        return Err("name part must be no more than 63 bytes".to_string());
     }
     let b = name.as_bytes();
     let ok_end = |c: &u8| c.is_ascii_alphanumeric();
@@ -131,8 +135,8 @@ pub fn qualified_name(s: &str) -> Result<(), String> {
 
 /// A label value: empty, or up to 63 alphanumerics with `-`, `_`, `.` inside.
 pub fn label_value(s: &str) -> Result<(), String> {
-    if let Some(e) = max_len(s, 63) {
-        return Err(e);
+    if s.len() > 63 {
+        return Err("must be no more than 63 bytes".to_string());
     }
     let b = s.as_bytes();
     let ok = b.is_empty()

@@ -219,10 +219,14 @@ fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Resul
 /// `json: cannot unmarshal ... into Go struct field ...` does.
 fn typed<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, ApiError> {
     let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-    serde_path_to_error::deserialize(value).map_err(|e| {
-        let path = e.path().to_string();
-        invalid(format!("{kind} {} is invalid: {path}: {}", q(&name), e.inner()))
-    })
+    decode(value).map_err(|e| invalid(format!("{kind} {} is invalid: {e}", q(&name))))
+}
+
+/// Every typed decode of an object (requests, state files, replies in nodeportctl) goes
+/// through this one path-tracking deserializer, so each model type's Deserialize code is in
+/// the binary once. The error reads `spec.ports[0].port: invalid type: ...`.
+pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| format!("{}: {}", e.path(), e.inner()))
 }
 
 #[cfg(test)]

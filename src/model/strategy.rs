@@ -17,7 +17,7 @@
 //!
 //! Pure: no allocator state.
 
-use super::{IntOrString, Service, ServiceType};
+use super::{EndpointPort, EndpointSlice, Endpoints, IntOrString, Service, ServiceType};
 
 /// `v1.DefaultClientIPServiceAffinitySeconds`: 3 hours.
 pub const DEFAULT_CLIENT_IP_TIMEOUT: i64 = 10800;
@@ -94,6 +94,14 @@ pub fn default_service(svc: &mut Service) {
         spec.cluster_ip = None;
     }
     let ty = svc.service_type();
+    // The API server drops internalTrafficPolicy from an ExternalName Service when it
+    // reads it back (`defaultOnReadInternalTrafficPolicy`), so it is never served; a
+    // value it would refuse is left for validation.
+    if ty == ServiceType::ExternalName
+        && matches!(svc.spec.internal_traffic_policy.as_deref(), Some("Cluster" | "Local"))
+    {
+        svc.spec.internal_traffic_policy = None;
+    }
     if externally_accessible(svc) && svc.spec.external_traffic_policy.as_deref().is_none_or(str::is_empty) {
         svc.spec.external_traffic_policy = Some("Cluster".into());
     }
@@ -104,6 +112,29 @@ pub fn default_service(svc: &mut Service) {
     if ty == ServiceType::LoadBalancer && spec.allocate_load_balancer_node_ports.is_none() {
         spec.allocate_load_balancer_node_ports = Some(true);
     }
+}
+
+fn default_ports(ports: &mut [EndpointPort], slice: bool) {
+    for p in ports {
+        if p.protocol.is_none() {
+            p.protocol = Some("TCP".into());
+        }
+        if slice && p.name.is_none() {
+            p.name = Some(String::new());
+        }
+    }
+}
+
+/// The v1 defaults of an Endpoints object: a port's `protocol: TCP`.
+pub fn default_endpoints(ep: &mut Endpoints) {
+    for s in &mut ep.subsets {
+        default_ports(&mut s.ports, false);
+    }
+}
+
+/// The discovery/v1 defaults of an EndpointSlice: a port's `protocol: TCP` and `name: ""`.
+pub fn default_endpoint_slice(es: &mut EndpointSlice) {
+    default_ports(&mut es.ports, true);
 }
 
 /// `NormalizeClusterIPs`: a request that names only `clusterIP` means `clusterIPs:

@@ -356,8 +356,10 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
     let mut node_ports = HashSet::new();
     for (i, p) in spec.ports.iter().enumerate() {
         let Some(np) = p.node_port.filter(|&n| n != 0) else { continue };
+        // The API server allocates before it validates, so a nodePort named twice for
+        // one protocol fails in its allocator, with the allocator's text.
         if !node_ports.insert((np, p.protocol.clone())) {
-            e.duplicate(&format!("spec.ports[{i}].nodePort"), np);
+            e.invalid(&format!("spec.ports[{i}].nodePort"), np, "provided port is already allocated");
         }
     }
     let mut port_protos = HashSet::new();
@@ -435,7 +437,8 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
         Some(p) => e.unsupported("spec.internalTrafficPolicy", p, &["Cluster", "Local"]),
     }
     if let Some(td) = spec.traffic_distribution.as_deref() {
-        const TD: &[&str] = &["PreferClose", "PreferSameNode", "PreferSameZone"];
+        // In the API server's order (not sorted), as its message lists them.
+        const TD: &[&str] = &["PreferClose", "PreferSameZone", "PreferSameNode"];
         if !TD.contains(&td) {
             e.unsupported("spec.trafficDistribution", td, TD);
         }
@@ -560,7 +563,12 @@ pub fn validate_endpoints(ep: &Endpoints) -> Result<(), ApiError> {
 }
 
 fn endpoint_address(e: &mut Errs, field: &str, a: &EndpointAddress) {
-    e.non_special_ip(&format!("{field}.ip"), &a.ip);
+    let ip_field = format!("{field}.ip");
+    e.non_special_ip(&ip_field, &a.ip);
+    if names::parse_ip(&a.ip).is_err() {
+        // `ValidateEndpointIP` parses it again and says so again, more briefly.
+        e.invalid_str(&ip_field, &a.ip, "must be a valid IP address");
+    }
     if let Some(h) = a.hostname.as_deref().filter(|h| !h.is_empty()) {
         e.dns_label(&format!("{field}.hostname"), h);
     }
@@ -634,10 +642,14 @@ pub fn validate_endpoint_slice(es: &EndpointSlice) -> Result<(), ApiError> {
                 let Some(v6) = v6 else { continue };
                 match names::parse_ip(addr) {
                     Err(m) => e.invalid_str(&af, addr, &m),
-                    Ok(ip) if ip.is_ipv6() != v6 => {
-                        e.invalid_str(&af, addr, if v6 { "must be an IPv6 address" } else { "must be an IPv4 address" })
+                    Ok(ip) => {
+                        // The family mismatch names the list, the other checks the address.
+                        if ip.is_ipv6() != v6 {
+                            let m = if v6 { "must be an IPv6 address" } else { "must be an IPv4 address" };
+                            e.invalid_str(&f, addr, m);
+                        }
+                        e.non_special_ip(&af, addr);
                     }
-                    Ok(_) => e.non_special_ip(&af, addr),
                 }
             }
             if let Some(n) = ep.node_name.as_deref().filter(|n| !n.is_empty()) {
@@ -727,6 +739,32 @@ mod tests {
         );
         assert!(err(&svc("")).contains("metadata.name: Required value: name or generateName is required"));
         assert!(err(&svc(&"a".repeat(64))).contains("must be no more than 63 characters"));
+    }
+
+    #[test]
+    fn label_lengths_count_bytes_names_count_characters() {
+        // kube-apiserver 1.36's texts: names are DNS labels ("characters"), label keys
+        // and values go through apimachinery's content checks ("bytes").
+        let long = "a".repeat(64);
+        let mut s = svc(&long);
+        s.spec.selector = Some([("app".to_string(), long.clone())].into());
+        assert_eq!(
+            err(&s),
+            format!("Service \"{long}\" is invalid: [metadata.name: Invalid value: \"{long}\": must be no more than 63 characters, spec.selector: Invalid value: \"{long}\": must be no more than 63 bytes]")
+        );
+        let k = "k".repeat(64);
+        let mut s = svc("zz");
+        s.spec.selector = Some([(k.clone(), "v".to_string())].into());
+        assert_eq!(
+            err(&s),
+            format!("Service \"zz\" is invalid: spec.selector: Invalid value: \"{k}\": name part must be no more than 63 bytes")
+        );
+        let mut s = svc("zz");
+        s.spec.selector = Some([("/x".to_string(), "v".to_string())].into());
+        assert_eq!(
+            err(&s),
+            "Service \"zz\" is invalid: spec.selector: Invalid value: \"/x\": prefix part must be non-empty"
+        );
     }
 
     #[test]
@@ -829,7 +867,11 @@ mod tests {
         s.spec.ports = vec![port("a", 80), port("b", 81)];
         s.spec.ports[0].node_port = Some(30080);
         s.spec.ports[1].node_port = Some(30080);
-        assert!(err(&s).contains("spec.ports[1].nodePort: Duplicate value: 30080"));
+        // kube-apiserver 1.36: its allocator refuses the second one before validation.
+        assert_eq!(
+            err(&s),
+            "Service \"web\" is invalid: spec.ports[1].nodePort: Invalid value: 30080: provided port is already allocated"
+        );
         s.spec.ports[1].protocol = Some("UDP".into());
         ok(&s);
     }
@@ -1045,7 +1087,10 @@ mod tests {
         s.spec.traffic_distribution = Some("PreferClose".into());
         ok(&s);
         s.spec.traffic_distribution = Some("Anywhere".into());
-        assert!(err(&s).contains("spec.trafficDistribution: Unsupported value: \"Anywhere\""));
+        assert_eq!(
+            err(&s),
+            "Service \"web\" is invalid: spec.trafficDistribution: Unsupported value: \"Anywhere\": supported values: \"PreferClose\", \"PreferSameZone\", \"PreferSameNode\""
+        );
     }
 
     #[test]
@@ -1089,7 +1134,7 @@ mod tests {
         let e = validate_endpoints(&endpoints("web", "198.18.1.300", 8080)).unwrap_err().message;
         assert_eq!(
             e,
-            "Endpoints \"web\" is invalid: subsets[0].addresses[0].ip: Invalid value: \"198.18.1.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+            "Endpoints \"web\" is invalid: [subsets[0].addresses[0].ip: Invalid value: \"198.18.1.300\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff), subsets[0].addresses[0].ip: Invalid value: \"198.18.1.300\": must be a valid IP address]"
         );
         let e = validate_endpoints(&endpoints("web", "198.18.1.2", 0)).unwrap_err().message;
         assert!(e.contains("subsets[0].ports[0].port: Invalid value: 0"));
@@ -1123,7 +1168,13 @@ mod tests {
         let e = validate_endpoint_slice(&slice("web-abc12", "IPv4", "2001:db8::2")).unwrap_err().message;
         assert_eq!(
             e,
-            "EndpointSlice.discovery.k8s.io \"web-abc12\" is invalid: endpoints[0].addresses[0]: Invalid value: \"2001:db8::2\": must be an IPv4 address"
+            "EndpointSlice.discovery.k8s.io \"web-abc12\" is invalid: endpoints[0].addresses: Invalid value: \"2001:db8::2\": must be an IPv4 address"
+        );
+        // Both checks run: the family names the list, the special range the address.
+        let e = validate_endpoint_slice(&slice("zz", "IPv4", "::1")).unwrap_err().message;
+        assert_eq!(
+            e,
+            "EndpointSlice.discovery.k8s.io \"zz\" is invalid: [endpoints[0].addresses: Invalid value: \"::1\": must be an IPv4 address, endpoints[0].addresses[0]: Invalid value: \"::1\": may not be in the loopback range (127.0.0.0/8, ::1/128)]"
         );
         let e = validate_endpoint_slice(&slice("web-abc12", "FQDN", "db.example.com")).unwrap_err().message;
         assert!(e.contains("addressType: Unsupported value: \"FQDN\"") && e.contains("cannot DNAT to names"), "{e}");

@@ -3,7 +3,7 @@
 
 use netlink_packet_core::DecodeError;
 
-use super::wire::{self, Attr, AttrList};
+use super::wire::{self, len_u32, Attr, AttrList};
 
 /// Register data: raw bytes (already in the byte order of the field) or a verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -265,7 +265,7 @@ impl Expr {
             Expr::Bitwise { sreg, dreg, mask, xor } => vec![
                 Attr::u32(BITWISE_SREG, *sreg),
                 Attr::u32(BITWISE_DREG, *dreg),
-                Attr::u32(BITWISE_LEN, mask.len() as u32),
+                Attr::u32(BITWISE_LEN, len_u32(mask.len())),
                 data_attr(BITWISE_MASK, &Data::Value(mask.clone())),
                 data_attr(BITWISE_XOR, &Data::Value(xor.clone())),
             ],
@@ -472,7 +472,8 @@ impl Expr {
                 },
             },
             "nat" if d.u32_of(NAT_TYPE)? == Some(NAT_DNAT) => Expr::Dnat {
-                family: req(NAT_FAMILY)? as u8,
+                family: u8::try_from(req(NAT_FAMILY)?)
+                    .map_err(|_| DecodeError::from(format!("{name} expression: family out of range")))?,
                 addr_reg: d.u32_of(NAT_REG_ADDR_MIN)?,
                 proto_reg: d.u32_of(NAT_REG_PROTO_MIN)?,
             },

@@ -11,7 +11,7 @@ use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE};
 
 use super::expr::{self, CmpOp as KCmp, CtKey, Data, Expr, KVerdict, MetaKey, PayloadBase};
 use super::ir::*;
-use super::wire::{self, host_u32, net_u16, reg_round, Attr, MsgType, NfMsg, REG32_00, REG_VERDICT};
+use super::wire::{self, host_u32, len_u32, net_u16, reg_round, Attr, MsgType, NfMsg, REG32_00, REG_VERDICT};
 
 /// A description of what one message does, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,7 +194,7 @@ impl Lowerer {
             Attr::str(wire::set::NAME, &s.name),
             Attr::u32(wire::set::FLAGS, flags),
             Attr::u32(wire::set::KEY_TYPE, key_type_id(&s.key)),
-            Attr::u32(wire::set::KEY_LEN, key_len(&s.key) as u32),
+            Attr::u32(wire::set::KEY_LEN, key_len(&s.key)),
             // The kernel requires an id on every new set (rules in the same
             // batch may refer to a set by it).
             Attr::u32(wire::set::ID, self.next_set_id),
@@ -205,7 +205,7 @@ impl Lowerer {
             [] => {}
             d => {
                 attrs.push(Attr::u32(wire::set::DATA_TYPE, key_type_id(d)));
-                attrs.push(Attr::u32(wire::set::DATA_LEN, key_len(d) as u32));
+                attrs.push(Attr::u32(wire::set::DATA_LEN, key_len(d)));
             }
         }
         if let Some(t) = s.timeout {
@@ -215,7 +215,7 @@ impl Lowerer {
             let fields = s
                 .key
                 .iter()
-                .map(|t| Attr::nested(wire::LIST_ELEM, vec![Attr::u32(wire::set::FIELD_LEN, type_len(*t) as u32)]))
+                .map(|t| Attr::nested(wire::LIST_ELEM, vec![Attr::u32(wire::set::FIELD_LEN, type_len(*t))]))
                 .collect();
             attrs.push(Attr::nested(wire::set::DESC, vec![Attr::nested(wire::set::DESC_CONCAT, fields)]));
         }
@@ -394,7 +394,9 @@ fn udata_comment(kind: u8, text: &str) -> Vec<u8> {
     while t.len() > 127 {
         t.pop();
     }
-    let mut v = vec![kind, (t.len() + 1) as u8];
+    // 1..=128: fits.
+    let len = u8::try_from(t.len() + 1).unwrap_or(128);
+    let mut v = vec![kind, len];
     v.extend_from_slice(t.as_bytes());
     v.push(0);
     v
@@ -520,7 +522,7 @@ fn type_id(t: DataType) -> u32 {
     }
 }
 
-fn type_len(t: DataType) -> usize {
+fn type_len(t: DataType) -> u32 {
     match t {
         DataType::Ipv4Addr | DataType::Mark | DataType::Integer => 4,
         DataType::Ipv6Addr | DataType::Verdict => 16,
@@ -533,11 +535,11 @@ fn key_type_id(key: &[DataType]) -> u32 {
     key.iter().fold(0, |acc, t| (acc << TYPE_BITS) | type_id(*t))
 }
 
-fn key_len(key: &[DataType]) -> usize {
+fn key_len(key: &[DataType]) -> u32 {
     if key.len() == 1 {
         type_len(key[0])
     } else {
-        key.iter().map(|t| reg_round(type_len(*t))).sum()
+        key.iter().map(|t| type_len(*t).div_ceil(4) * 4).sum()
     }
 }
 
@@ -732,8 +734,8 @@ fn encode_for_field(f: &Field, v: &Value) -> Result<Vec<u8>, String> {
             _ => Err(bad()),
         },
         Field::L4Proto | Field::NfProto => match as_int(v) {
-            Some(p) if p <= 255 => Ok(vec![p as u8]),
-            _ => Err(bad()),
+            Some(p) => u8::try_from(p).map(|p| vec![p]).map_err(|_| bad()),
+            None => Err(bad()),
         },
         Field::MetaMark
         | Field::CtMark
@@ -803,7 +805,7 @@ impl RuleLowering<'_, '_> {
                 for f in fs {
                     let l = load_of(f)?;
                     self.load_one(l, reg);
-                    let w = reg_round(load_len(l) as usize) as u32;
+                    let w = load_len(l).div_ceil(4) * 4;
                     reg += w / 4;
                     total += w;
                 }
@@ -851,7 +853,7 @@ impl RuleLowering<'_, '_> {
                 self.cmp(*op, data);
                 match (field, value) {
                     (Field::NfProto, CmpValue::Value(v)) if *op == CmpOp::Eq => {
-                        self.nfproto = as_int(v).map(|p| p as u8)
+                        self.nfproto = as_int(v).and_then(|p| u8::try_from(p).ok())
                     }
                     (Field::L4Proto, _) if *op == CmpOp::Eq => self.l4proto = true,
                     _ => {}
@@ -961,7 +963,7 @@ impl RuleLowering<'_, '_> {
                 if self.l.family != wire::NFPROTO_INET && self.l.family != family {
                     return Err(format!("dnat to {addr} in a table of another family"));
                 }
-                let port_reg = REG32_00 + bytes.len() as u32 / 4;
+                let port_reg = REG32_00 + len_u32(bytes.len()) / 4;
                 self.exprs.push(Expr::Immediate { dreg: REG32_00, data: Data::Value(bytes) });
                 if let Some(p) = port {
                     self.exprs.push(Expr::Immediate { dreg: port_reg, data: Data::Value(net_u16(*p)) });
@@ -1033,10 +1035,10 @@ impl RuleLowering<'_, '_> {
                 Attr::str(wire::set::NAME, name),
                 Attr::u32(wire::set::FLAGS, wire::set::F_ANONYMOUS | wire::set::F_CONSTANT | wire::set::F_MAP),
                 Attr::u32(wire::set::KEY_TYPE, type_id),
-                Attr::u32(wire::set::KEY_LEN, klen as u32),
+                Attr::u32(wire::set::KEY_LEN, len_u32(klen)),
                 Attr::u32(wire::set::DATA_TYPE, wire::data::TYPE_VERDICT),
                 Attr::u32(wire::set::ID, id),
-                Attr::nested(wire::set::DESC, vec![Attr::u32(wire::set::DESC_SIZE, entries.len() as u32)]),
+                Attr::nested(wire::set::DESC, vec![Attr::u32(wire::set::DESC_SIZE, len_u32(entries.len()))]),
                 Attr::bytes(wire::set::USERDATA, udata_key_byteorder(key)),
             ],
         );

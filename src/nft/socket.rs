@@ -56,18 +56,14 @@ fn io_err(op: &'static str) -> impl FnOnce(io::Error) -> NftError {
     move |source| NftError::Io { op, source }
 }
 
+/// `size_of::<c_int>()` as setsockopt(2) wants it (4 on every target; checked at build time).
+const C_INT_LEN: libc::socklen_t = 4;
+const _: () = assert!(std::mem::size_of::<libc::c_int>() == 4);
+
 fn set_int_opt(fd: i32, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {
     // SAFETY: `fd` is an open socket owned by the caller for the duration of
     // the call; we pass a pointer to a live c_int and its exact size.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
+    let r = unsafe { libc::setsockopt(fd, level, opt, (&v as *const libc::c_int).cast(), C_INT_LEN) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -131,7 +127,9 @@ impl NftSocket {
         }
         let want = need.max(256 * 1024).min(i32::MAX as usize / 2);
         let opt = if send { libc::SO_SNDBUFFORCE } else { libc::SO_RCVBUFFORCE };
-        set_int_opt(self.sock.as_raw_fd(), libc::SOL_SOCKET, opt, want as libc::c_int)
+        // At most i32::MAX / 2: fits.
+        let v = libc::c_int::try_from(want).unwrap_or(libc::c_int::MAX / 2);
+        set_int_opt(self.sock.as_raw_fd(), libc::SOL_SOCKET, opt, v)
             .map_err(io_err("setsockopt SO_SNDBUFFORCE/SO_RCVBUFFORCE"))?;
         if send {
             self.sndbuf = want;
@@ -168,16 +166,19 @@ impl NftSocket {
         let first = begin_seq.wrapping_add(1);
         // Where each message starts in `buf`; its sequence number is `first + index`.
         let mut starts: Vec<usize> = Vec::new();
+        // Sequence numbers are 32 bits and wrap (netlink).
+        let mut seq = first;
         gen(&mut |op: Op| {
-            let seq = first.wrapping_add(starts.len() as u32);
             starts.push(buf.len());
             emit(&mut buf, op.msg, NLM_F_REQUEST | op.flags, seq);
+            seq = seq.wrapping_add(1);
         })?;
         let count = starts.len();
         if count == 0 {
             return Ok(TxStats::default());
         }
-        self.seq = begin_seq.wrapping_add(count as u32);
+        // The last message's: `first + count - 1`.
+        self.seq = seq.wrapping_sub(1);
         // The count is known only now: ask for acks in the headers already written.
         let ack_each = count <= ACK_EACH_LIMIT;
         if ack_each {
@@ -517,7 +518,7 @@ mod tests {
         emit(&mut buf, op.msg.clone(), NLM_F_REQUEST, 1);
         // Point at the numgen expression, as the kernel's extended ack does.
         let offs = buf.windows(7).position(|w| w == b"numgen\0").unwrap();
-        let e = describe(op, libc::ENOENT, (None, Some(offs as u32)), &buf);
+        let e = describe(op, libc::ENOENT, (None, Some(u32::try_from(offs).unwrap())), &buf);
         assert_eq!(e.reason, "kernel lacks nft_numgen (modprobe nft_numgen)");
         assert!(e.to_string().starts_with("rule #0 of chain c: kernel lacks nft_numgen"));
         let e = describe(op, libc::EPERM, (None, None), &buf);

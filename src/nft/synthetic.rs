@@ -7,6 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::ir::*;
+use super::wire::len_u32;
 
 pub const TABLE: &str = "nodeportd";
 pub const MASQ_BIT: u32 = 0x4000;
@@ -17,12 +18,12 @@ fn fnv(s: &str) -> u32 {
 
 /// ClusterIP of service `i` (inside 198.18.128.0/17).
 pub fn service_ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + i as u32)
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + len_u32(i))
 }
 
 /// Address of endpoint `j` of service `i` (inside 198.19.0.0/16); `gen` varies it.
 pub fn endpoint_ip(i: usize, j: usize, gen: u32) -> Ipv4Addr {
-    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + (i * 3 + j) as u32 + gen * 40_000)
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 19, 0, 0)) + len_u32(i * 3 + j) + gen * 40_000)
 }
 
 fn svc_chain(i: usize) -> String {
@@ -60,11 +61,11 @@ fn endpoint_rules(ip: Ipv4Addr) -> Vec<Rule> {
 
 fn service_rule(i: usize, eps: &[Ipv4Addr]) -> Rule {
     rule(vec![Stmt::VmapInline {
-        key: Field::NumgenRandom(eps.len() as u32),
+        key: Field::NumgenRandom(len_u32(eps.len())),
         entries: eps
             .iter()
             .enumerate()
-            .map(|(j, ip)| (Value::Mark(j as u32), Verdict::Goto(ep_chain(i, *ip))))
+            .map(|(j, ip)| (Value::Mark(len_u32(j)), Verdict::Goto(ep_chain(i, *ip))))
             .collect(),
     }])
 }

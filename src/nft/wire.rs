@@ -430,6 +430,14 @@ pub fn reg_round(len: usize) -> usize {
     len.div_ceil(4) * 4
 }
 
+/// A length or count for a 32-bit netlink field (an attribute's bytes, a set's
+/// elements, a map's entries). What is counted lives in memory, so it is far below 2^32
+/// (and `usize` is 32 bits on the routers); the conversion saturates rather than wraps,
+/// so an impossible overflow could never become a small wrong number, and adds no panic.
+pub fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -680,6 +680,7 @@ impl Registry {
                 }
                 e.kind = Some("Endpoints".into());
                 e.api_version = Some("v1".into());
+                crate::model::strategy::default_endpoints(&mut e);
                 let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
                 let old = self.endpoints.get(&key);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
@@ -698,6 +699,7 @@ impl Registry {
                 }
                 e.kind = Some("EndpointSlice".into());
                 e.api_version = Some("discovery.k8s.io/v1".into());
+                crate::model::strategy::default_endpoint_slice(&mut e);
                 let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
                 let old = self.slices.get(&key);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);

@@ -218,7 +218,11 @@ fn same_port_number_different_protocols_share_one_nodeport() {
             &stamp(),
         )
         .unwrap_err();
-    assert_eq!(e.message, "Service \"dns3\" is invalid: spec.ports[1].nodePort: Duplicate value: 30054");
+    // kube-apiserver 1.36 (its allocator refuses the second one):
+    assert_eq!(
+        e.message,
+        "Service \"dns3\" is invalid: spec.ports[1].nodePort: Invalid value: 30054: provided port is already allocated"
+    );
     assert!(!r.node_ports.is_allocated(30054), "the failed request leaked 30054");
 }
 
@@ -706,6 +710,49 @@ fn endpoints_apply_get_list_delete() {
     assert_eq!(
         r.get_endpoints(EndpointsKind::Endpoints, "default", "web").unwrap_err().message,
         "endpoints \"web\" not found"
+    );
+}
+
+#[test]
+fn endpoint_ports_are_stored_with_the_api_servers_defaults() {
+    // kube-apiserver 1.36 stores `protocol: TCP` on Endpoints ports, and `protocol: TCP`
+    // and `name: ""` on EndpointSlice ports, when the request leaves them out.
+    let mut r = reg();
+    let ep: Endpoints = serde_json::from_value(json!({"metadata": {"name": "web"}, "subsets": [
+        {"addresses": [{"ip": "198.18.0.10"}], "ports": [{"port": 8080}, {"port": 53, "protocol": "UDP"}]}]}))
+    .unwrap();
+    let (_, stored) = r.apply_endpoints(EndpointsObject::Endpoints(ep.clone()), &stamp()).unwrap();
+    let EndpointsObject::Endpoints(stored) = stored else { panic!("kind changed") };
+    assert_eq!(
+        serde_json::to_value(&stored).unwrap()["subsets"][0]["ports"],
+        json!([{"port": 8080, "protocol": "TCP"}, {"port": 53, "protocol": "UDP"}])
+    );
+    let (a, _) = r.apply_endpoints(EndpointsObject::Endpoints(ep), &stamp()).unwrap();
+    assert_eq!(a, Action::Unchanged);
+    let es = slice("web-abc", "web", json!({"addressType": "IPv4", "endpoints": [], "ports": [{"port": 80}]}));
+    let (_, stored) = r.apply_endpoints(es, &stamp()).unwrap();
+    let EndpointsObject::Slice(stored) = stored else { panic!("kind changed") };
+    assert_eq!(serde_json::to_value(&stored).unwrap()["ports"], json!([{"name": "", "port": 80, "protocol": "TCP"}]));
+}
+
+#[test]
+fn external_name_is_served_without_internal_traffic_policy() {
+    // The API server drops it when it reads an ExternalName Service back, also after a
+    // ClusterIP -> ExternalName round trip that carried the defaulted value.
+    let mut r = reg();
+    let (_, s) =
+        r.apply_service(svc(json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 80}]}})), &stamp()).unwrap();
+    assert_eq!(s.spec.internal_traffic_policy.as_deref(), Some("Cluster"));
+    let mut ext = s.clone();
+    ext.spec.type_ = Some("ExternalName".into());
+    ext.spec.external_name = Some("db.example.com".into());
+    let (_, ext) = r.apply_service(ext, &stamp()).unwrap();
+    assert_eq!(ext.spec.internal_traffic_policy, None);
+    let bad = svc(json!({"metadata": {"name": "x"}, "spec": {"type": "ExternalName", "externalName": "db.example.com",
+        "internalTrafficPolicy": "Bogus"}}));
+    assert_eq!(
+        r.apply_service(bad, &stamp()).unwrap_err().message,
+        "Service \"x\" is invalid: spec.internalTrafficPolicy: Unsupported value: \"Bogus\": supported values: \"Cluster\", \"Local\""
     );
 }
 
