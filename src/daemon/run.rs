@@ -165,10 +165,6 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         Some(g) => Some(api::peer::lookup_group(g).ok_or_else(|| format!("socket_group: unknown group {g:?}"))?),
         None => None,
     };
-    #[cfg(not(feature = "cluster"))]
-    if cfg.cluster.is_some() {
-        return Err("cluster: this build has no cluster mode (install the nodeportd-cluster package, or build with --features cluster)".into());
-    }
     // Credentials are checked before anything starts: a bad CA or a key others can read stops here.
     #[cfg(feature = "cluster")]
     let cluster = match &cfg.cluster {
