@@ -114,7 +114,8 @@ fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decod
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
             Kind::Node => nodes.push(
-                serde_json::from_value::<Node>(o.object).map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+                crate::model::parse::decode::<Node>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             ),
         }
     }
