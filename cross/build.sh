@@ -175,7 +175,9 @@ need_s390x_gcc() {
 objcopy_bin() { echo "$(rustc +"$STABLE" --print sysroot)/lib/rustlib/$(rustc +"$STABLE" -vV | sed -n 's/^host: //p')/bin/llvm-objcopy"; }
 
 # Cargo features for a triple: x86_64 (the desktop/VM build) gets YAML input if the crate
-# offers it; the flash-constrained routers do not pay for it.
+# offers it; the flash-constrained routers do not pay for it. Builds start from no
+# features (--no-default-features): the base package has neither pod routes nor cluster
+# mode; NODEPORTD_FEATURES=cluster (which brings pod-routes) is the nodeportd-cluster build.
 features_of() {
     local f=""
     case "$1" in
@@ -228,7 +230,7 @@ build_one() {
     mode=$(mode_of "$triple")
     features=$(features_of "$triple")
     envp=$(env_name "$triple")
-    local cargo_args=(build --release --target "$triple" --bin nodeportd)
+    local cargo_args=(build --release --target "$triple" --bin nodeportd --no-default-features)
     [ -f Cargo.lock ] && cargo_args+=(--locked)
     [ -n "$features" ] && cargo_args+=(--features "$features")
 

@@ -82,6 +82,11 @@ impl Serialize for RawCluster {
     }
 }
 
+/// What a build without the `pod-routes` feature says about `pod_routes = true`.
+#[cfg(not(feature = "pod-routes"))]
+pub const NO_POD_ROUTES: &str =
+    "pod_routes: Invalid value: true: this build has no pod routes (install the nodeportd-cluster package, or build with --features pod-routes)";
+
 /// What a base build says about a `[cluster]` table.
 #[cfg(not(feature = "cluster"))]
 pub const NO_CLUSTER_MODE: &str =
@@ -504,7 +509,11 @@ impl Config {
                 Some(RawCluster) => return Err(ConfigError(NO_CLUSTER_MODE.into())),
                 None => None,
             },
-            pod_routes: raw.pod_routes.unwrap_or(false),
+            pod_routes: match raw.pod_routes {
+                #[cfg(not(feature = "pod-routes"))]
+                Some(true) => return Err(ConfigError(NO_POD_ROUTES.into())),
+                v => v.unwrap_or(false),
+            },
         })
     }
 
@@ -702,6 +711,13 @@ mod tests {
         let e = Config::from_toml("node_name = \"edge-1\"\n[cluster]\nserver = \"https://k8s\"\n").unwrap_err();
         assert_eq!(e.0, NO_CLUSTER_MODE);
         assert_eq!(Config::from_toml("node_name = \"edge-1\"\n").unwrap().cluster, None);
+    }
+
+    #[cfg(not(feature = "pod-routes"))]
+    #[test]
+    fn a_build_without_pod_routes_refuses_them_by_name() {
+        assert_eq!(Config::from_toml("pod_routes = true\n").unwrap_err().0, NO_POD_ROUTES);
+        assert!(!Config::from_toml("pod_routes = false\n").unwrap().pod_routes);
     }
 
     #[cfg(feature = "cluster")]

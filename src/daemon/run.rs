@@ -237,6 +237,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
         super::node::spawn_watchers(st.clone());
+        #[cfg(feature = "pod-routes")]
         super::pod_routes::spawn(st.clone());
         tokio::task::spawn_local(super::health::run(st.clone()));
 

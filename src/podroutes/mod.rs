@@ -41,6 +41,7 @@ pub struct Plan {
     pub skipped: Vec<Skipped>,
 }
 
+#[cfg(feature = "pod-routes")]
 pub mod kernel;
 
 use crate::model::Node;
