@@ -13,6 +13,9 @@
 #   NODEPORTD_NIGHTLY               nightly toolchain name for build-std targets (default: nightly)
 #   NODEPORTD_ALLOW_OTHER_NIGHTLY=1 accept a nightly other than the pinned one (with a warning)
 #   CARGO_TARGET_DIR                as usual (default: target/ in the repository)
+#   NODEPORTD_FEATURES              extra cargo features for every triple (comma-separated);
+#                                   NODEPORTD_FEATURES=cluster builds the cluster-mode variant
+#                                   (the nodeportd-cluster package) into dist/cluster/<triple>/
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +31,10 @@ NIGHTLY_EXPECTED="rustc 1.97.0-nightly (e50aa6fba 2026-05-19)"
 ZIG_VERSION=0.14.1
 ZIGBUILD_VERSION=0.24.0
 OUT_DIR="$ROOT/dist"
+# A variant with extra features lands next to the base build, never over it.
+if [ -n "${NODEPORTD_FEATURES:-}" ]; then
+    OUT_DIR="$ROOT/dist/$(printf '%s' "$NODEPORTD_FEATURES" | tr ',' '-')"
+fi
 
 log() { printf '[build] %s\n' "$*" >&2; }
 die() { printf '[build] error: %s\n' "$*" >&2; exit 1; }
@@ -168,15 +175,22 @@ need_s390x_gcc() {
 objcopy_bin() { echo "$(rustc +"$STABLE" --print sysroot)/lib/rustlib/$(rustc +"$STABLE" -vV | sed -n 's/^host: //p')/bin/llvm-objcopy"; }
 
 # Cargo features for a triple: x86_64 (the desktop/VM build) gets YAML input if the crate
-# offers it; the flash-constrained routers do not pay for it.
+# offers it; the flash-constrained routers do not pay for it. Builds start from no
+# features (--no-default-features): the base package has neither pod routes nor cluster
+# mode; NODEPORTD_FEATURES=cluster (which brings pod-routes) is the nodeportd-cluster build.
 features_of() {
+    local f=""
     case "$1" in
         x86_64-*)
             if sed -n '/^\[features\]/,/^\[/p' Cargo.toml | grep -q '^[[:space:]]*yaml[[:space:]]*='; then
-                echo yaml
+                f=yaml
             fi
             ;;
     esac
+    if [ -n "${NODEPORTD_FEATURES:-}" ]; then
+        f="${f:+$f,}$NODEPORTD_FEATURES"
+    fi
+    echo "$f"
 }
 
 # --- build one triple ---
@@ -216,7 +230,7 @@ build_one() {
     mode=$(mode_of "$triple")
     features=$(features_of "$triple")
     envp=$(env_name "$triple")
-    local cargo_args=(build --release --target "$triple" --bin nodeportd)
+    local cargo_args=(build --release --target "$triple" --bin nodeportd --no-default-features)
     [ -f Cargo.lock ] && cargo_args+=(--locked)
     [ -n "$features" ] && cargo_args+=(--features "$features")
 

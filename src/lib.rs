@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod api;
+pub mod cluster;
 pub mod config;
 pub mod conntrack;
 pub mod ctl;
@@ -18,6 +19,7 @@ pub mod logging;
 pub mod model;
 pub mod netwatch;
 pub mod nft;
+pub mod podroutes;
 pub mod registry;
 pub mod store;
 pub mod ubus;

@@ -376,3 +376,82 @@ fn get_edit_apply_round_trip_and_several_errors_like_the_api_server() {
     );
     assert!(d.fails(&["get", "svc", "two"], None).contains("not found"));
 }
+
+/// `kubectl get svc,endpointslices,nodes -A -o json | nodeportctl apply --prune -f -`
+/// mirrors what the cluster lists: new objects are created, objects an earlier
+/// `nodeportctl apply` created that the list lacks are pruned (kubectl's words), objects
+/// applied some other way and kinds the list does not hold are left alone, and nothing is
+/// pruned when an object of the list was refused.
+/// The names of the items `nodeportctl get ... -o json` lists.
+fn names_of(d: &Daemon, args: &[&str]) -> Vec<String> {
+    let v = d.json(args);
+    v["items"].as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn apply_prune_mirrors_what_kubectl_lists() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let by_hand = kubectl_service("nodeport", "by-hand", "81:8081");
+    d.ok(&["rpc", "service.apply", &json!({"object": by_hand}).to_string()], None);
+    let slice = |name: &str, svc: &str| {
+        json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": svc}},
+            "addressType": "IPv4", "ports": [{"port": 8080}], "endpoints": [{"addresses": ["198.18.5.10"]}]})
+    };
+    let node = |name: &str, ip: &str| {
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/os": "linux"}},
+            "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24"]},
+            "status": {"addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}]}})
+    };
+    // The shape `kubectl get svc,endpointslices,nodes -A -o json` prints.
+    let list = |items: Vec<Value>| {
+        json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}}).to_string()
+    };
+    let first = list(vec![
+        kubectl_service("nodeport", "web", "80:8080"),
+        kubectl_service("clusterip", "api", "80:8080"),
+        slice("web-abc", "web"),
+        node("n1", "198.18.5.1"),
+        node("n2", "198.18.5.2"),
+    ]);
+    let out = d.ok(&["apply", "--prune", "-f", "-"], Some(&first));
+    assert_eq!(
+        out,
+        "service/default/web created\nservice/default/api created\nendpointslice/default/web-abc created\nnode/n1 created\nnode/n2 created\n"
+    );
+    let second =
+        list(vec![kubectl_service("nodeport", "web", "80:8080"), slice("web-def", "web"), node("n1", "198.18.5.1")]);
+    let out = d.ok(&["apply", "--prune", "-f", "-"], Some(&second));
+    assert_eq!(
+        out,
+        "service/default/web unchanged\nendpointslice/default/web-def created\nnode/n1 unchanged\n\
+         service/default/api pruned\nendpointslice/default/web-abc pruned\nnode/n2 pruned\n"
+    );
+    assert_eq!(names_of(&d, &["get", "svc", "-A", "-o", "json"]), ["by-hand", "web"]);
+    assert_eq!(names_of(&d, &["get", "endpointslices", "-A", "-o", "json"]), ["web-def"]);
+    assert_eq!(names_of(&d, &["get", "nodes", "-o", "json"]), ["n1"]);
+    // Only Services in the input: the Node and the slice stay.
+    let out = d.ok(&["apply", "--prune", "-f", "-"], Some(&list(vec![kubectl_service("nodeport", "web", "80:8080")])));
+    assert_eq!(out, "service/default/web unchanged\n");
+    assert_eq!(names_of(&d, &["get", "nodes", "-o", "json"]), ["n1"]);
+    // A refused object: the others are applied, nothing is pruned.
+    let mut bad = node("n3", "198.18.5.3");
+    bad["spec"]["podCIDRs"] = json!(["10.244.3.0/24", "10.244.4.0/24"]);
+    let err = d.fails(&["apply", "--prune", "-f", "-"], Some(&list(vec![bad, node("n4", "198.18.5.4")])));
+    assert!(err.contains("spec.podCIDRs") && err.contains("nothing pruned"), "{err}");
+    assert_eq!(names_of(&d, &["get", "nodes", "-o", "json"]), ["n1", "n4"]);
+    // A Node table, and the Nodes survive a restart.
+    let table = d.ok(&["get", "nodes"], None);
+    assert!(
+        table.starts_with("NAME   INTERNAL-IP   POD-CIDRS       AGE\nn1     198.18.5.1    10.244.1.0/24"),
+        "{table}"
+    );
+    d.stop(libc::SIGTERM);
+    let d = Daemon::start(dir.path());
+    assert_eq!(names_of(&d, &["get", "nodes", "-o", "json"]), ["n1", "n4"]);
+    assert_eq!(
+        d.json(&["get", "node", "n1", "-o", "json"])["metadata"]["annotations"]["nodeportd.io/applied-by"],
+        "nodeportctl"
+    );
+}

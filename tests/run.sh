@@ -22,6 +22,16 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test (unit, integration, real-kernel netns tests)"
 cargo test -- --test-threads=2
 
+step "cluster mode (--features cluster): clippy, unit tests, the stand-in API server"
+cargo clippy --all-targets --features cluster -- -D warnings
+cargo test --features cluster --lib cluster::
+cargo test --features cluster --test cluster_standin -- --test-threads=4
+cargo test --features cluster --lib config::
+
+step "base router build (--no-default-features: no pod routes, no cluster mode): clippy, config refusals"
+cargo clippy --lib --bins --no-default-features -- -D warnings
+cargo test --no-default-features --lib config::
+
 [ "$mode" = quick ] && { step "quick checks passed in $(( $(date +%s) - start ))s"; exit 0; }
 
 step "the README quick start as a user who is not root"

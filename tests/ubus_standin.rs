@@ -295,7 +295,11 @@ fn the_object_answers_sends_events_and_comes_back_after_ubusd_restarts() {
             "endpoints_apply",
             "endpoints_get",
             "endpoints_list",
-            "endpoints_delete"
+            "endpoints_delete",
+            "node_apply",
+            "node_get",
+            "node_list",
+            "node_delete"
         ]
     );
     let args = |m: &str| sig.iter().find(|(n, _)| n == m).unwrap().1.clone();

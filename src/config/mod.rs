@@ -56,6 +56,171 @@ pub struct RawConfig {
     pub idle_timeout_seconds: Option<i64>,
     pub resync_interval_seconds: Option<i64>,
     pub ubus: Option<String>,
+    pub pod_routes: Option<bool>,
+    /// Cluster mode (a TOML table: keep it the last field, tables follow plain keys).
+    pub cluster: Option<RawCluster>,
+}
+
+/// A `[cluster]` table in a build without cluster mode: noticed (and refused by
+/// [`Config::from_raw`]), not read, so the base build carries no decoder for it.
+#[cfg(not(feature = "cluster"))]
+#[derive(Debug, Clone, Default)]
+pub struct RawCluster;
+
+#[cfg(not(feature = "cluster"))]
+impl<'de> Deserialize<'de> for RawCluster {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| RawCluster)
+    }
+}
+
+#[cfg(not(feature = "cluster"))]
+impl Serialize for RawCluster {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        s.serialize_map(Some(0))?.end()
+    }
+}
+
+/// What a build without the `pod-routes` feature says about `pod_routes = true`.
+#[cfg(not(feature = "pod-routes"))]
+pub const NO_POD_ROUTES: &str =
+    "pod_routes: Invalid value: true: this build has no pod routes (install the nodeportd-cluster package, or build with --features pod-routes)";
+
+/// What a base build says about a `[cluster]` table.
+#[cfg(not(feature = "cluster"))]
+pub const NO_CLUSTER_MODE: &str =
+    "cluster: this build has no cluster mode (install the nodeportd-cluster package, or build with --features cluster)";
+
+/// `[cluster]`: the API server to mirror (docs/cluster.md).
+#[cfg(feature = "cluster")]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCluster {
+    pub server: Option<String>,
+    pub ca_file: Option<String>,
+    pub token_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub namespaces: Option<Vec<String>>,
+    pub label_selector: Option<String>,
+    pub watch_timeout_seconds: Option<i64>,
+    pub request_timeout_seconds: Option<i64>,
+}
+
+/// How the daemon proves who it is to the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterAuth {
+    /// A bearer token (a ServiceAccount token), re-read for every request (rotation).
+    Token(PathBuf),
+    /// A client certificate and its key.
+    Cert { cert: PathBuf, key: PathBuf },
+}
+
+/// The effective `[cluster]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterConfig {
+    pub server: String,
+    pub ca_file: PathBuf,
+    pub auth: ClusterAuth,
+    /// Empty: every namespace.
+    pub namespaces: Vec<String>,
+    /// Added to kube-proxy's selector for Services.
+    pub label_selector: Option<String>,
+    /// How long one watch request runs before it is renewed.
+    pub watch_timeout_seconds: u32,
+    /// Connect, list and silence limit of a request.
+    pub request_timeout_seconds: u32,
+}
+
+#[cfg(feature = "cluster")]
+impl ClusterConfig {
+    pub fn from_raw(raw: RawCluster) -> Result<ClusterConfig, ConfigError> {
+        let server = raw.server.ok_or_else(|| ConfigError("cluster.server: Required value".into()))?;
+        crate::cluster::http::ServerUrl::parse(&server)
+            .map_err(|e| bad("cluster.server", format_args!("{server:?}"), e))?;
+        let file = |key: &str, v: Option<String>| -> Result<Option<PathBuf>, ConfigError> {
+            match v {
+                None => Ok(None),
+                Some(p) if p.starts_with('/') => Ok(Some(PathBuf::from(p))),
+                Some(p) => Err(bad(key, format_args!("{p:?}"), "must be an absolute path")),
+            }
+        };
+        let ca_file = file("cluster.ca_file", raw.ca_file)?
+            .ok_or_else(|| ConfigError("cluster.ca_file: Required value (the API server's CA, PEM)".into()))?;
+        let token = file("cluster.token_file", raw.token_file)?;
+        let cert = file("cluster.cert_file", raw.cert_file)?;
+        let key = file("cluster.key_file", raw.key_file)?;
+        let auth = match (token, cert, key) {
+            (Some(t), None, None) => ClusterAuth::Token(t),
+            (None, Some(cert), Some(key)) => ClusterAuth::Cert { cert, key },
+            (None, None, None) => {
+                return Err(ConfigError(
+                    "cluster: token_file or cert_file + key_file: Required value (how to log in to the API server)"
+                        .into(),
+                ))
+            }
+            (Some(_), _, _) => {
+                return Err(ConfigError("cluster.token_file: give either token_file or cert_file + key_file".into()))
+            }
+            (None, Some(_), None) => return Err(ConfigError("cluster.key_file: Required value with cert_file".into())),
+            (None, None, Some(_)) => return Err(ConfigError("cluster.cert_file: Required value with key_file".into())),
+        };
+        let namespaces = raw.namespaces.unwrap_or_default();
+        for ns in &namespaces {
+            let ok = !ns.is_empty()
+                && ns.len() <= 63
+                && ns.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !ns.starts_with('-')
+                && !ns.ends_with('-');
+            if !ok {
+                return Err(bad("cluster.namespaces", format_args!("{ns:?}"), "not a namespace name (RFC 1123 label)"));
+            }
+        }
+        let mut uniq = namespaces.clone();
+        uniq.sort();
+        uniq.dedup();
+        let label_selector = raw.label_selector.filter(|s| !s.trim().is_empty());
+        if let Some(s) = &label_selector {
+            if s.chars().any(char::is_control) {
+                return Err(bad("cluster.label_selector", format_args!("{s:?}"), "control characters"));
+            }
+        }
+        Ok(ClusterConfig {
+            server,
+            ca_file,
+            auth,
+            namespaces: uniq,
+            label_selector,
+            watch_timeout_seconds: int_as("cluster.watch_timeout_seconds", raw.watch_timeout_seconds, 300, 1, 3600)?,
+            request_timeout_seconds: int_as(
+                "cluster.request_timeout_seconds",
+                raw.request_timeout_seconds,
+                30,
+                1,
+                600,
+            )?,
+        })
+    }
+
+    pub fn to_raw(&self) -> RawCluster {
+        let path = |p: &Path| Some(p.display().to_string());
+        let (token_file, cert_file, key_file) = match &self.auth {
+            ClusterAuth::Token(t) => (path(t), None, None),
+            ClusterAuth::Cert { cert, key } => (None, path(cert), path(key)),
+        };
+        RawCluster {
+            server: Some(self.server.clone()),
+            ca_file: path(&self.ca_file),
+            token_file,
+            cert_file,
+            key_file,
+            namespaces: (!self.namespaces.is_empty()).then(|| self.namespaces.clone()),
+            label_selector: self.label_selector.clone(),
+            watch_timeout_seconds: Some(self.watch_timeout_seconds.into()),
+            request_timeout_seconds: Some(self.request_timeout_seconds.into()),
+        }
+    }
 }
 
 /// `node_ip = "198.18.0.1"` or `node_ip = ["198.18.0.1", "2001:db8::1"]`.
@@ -179,6 +344,10 @@ pub struct Config {
     pub resync_interval_seconds: u64,
     /// The native ubus object: `auto`, `off` or ubusd's socket.
     pub ubus: crate::ubus::Setting,
+    /// Cluster mode: mirror an API server (needs a build with the `cluster` feature).
+    pub cluster: Option<ClusterConfig>,
+    /// Route the Nodes' pod CIDRs via their InternalIPs (`crate::podroutes`).
+    pub pod_routes: bool,
 }
 
 impl Default for Config {
@@ -333,12 +502,32 @@ impl Config {
             idle_timeout_seconds: int_as("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)?,
             resync_interval_seconds: int_as("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?,
             ubus,
+            #[cfg(feature = "cluster")]
+            cluster: raw.cluster.map(ClusterConfig::from_raw).transpose()?,
+            #[cfg(not(feature = "cluster"))]
+            cluster: match raw.cluster {
+                Some(RawCluster) => return Err(ConfigError(NO_CLUSTER_MODE.into())),
+                None => None,
+            },
+            pod_routes: match raw.pod_routes {
+                #[cfg(not(feature = "pod-routes"))]
+                Some(true) => return Err(ConfigError(NO_POD_ROUTES.into())),
+                v => v.unwrap_or(false),
+            },
         })
     }
 
     /// Parse TOML text.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(toml_error(&e)))?;
+        // Text to a table, then the table to the config: the same decoder as UCI's
+        // (one instance of RawConfig's decoder in the binary, not two).
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError(toml_error(&e)))?;
+        Config::from_table(table)
+    }
+
+    /// A TOML table (from TOML text or from UCI) to the config.
+    fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+        let raw: RawConfig = table.try_into().map_err(|e: toml::de::Error| ConfigError(toml_error(&e)))?;
         Config::from_raw(raw)
     }
 
@@ -348,9 +537,7 @@ impl Config {
         let in_context = |e: ConfigError| ConfigError(format!("{}: {e}", path.display()));
         if uci::looks_like_uci(path, &text) {
             let table = uci::uci_to_toml(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-            let raw: RawConfig =
-                table.try_into().map_err(|e: toml::de::Error| in_context(ConfigError(toml_error(&e))))?;
-            Config::from_raw(raw).map_err(in_context)
+            Config::from_table(table).map_err(in_context)
         } else {
             Config::from_toml(&text).map_err(in_context)
         }
@@ -397,6 +584,11 @@ impl Config {
             idle_timeout_seconds: i64::try_from(self.idle_timeout_seconds).ok(),
             resync_interval_seconds: i64::try_from(self.resync_interval_seconds).ok(),
             ubus: Some(self.ubus.to_string()),
+            #[cfg(feature = "cluster")]
+            cluster: self.cluster.as_ref().map(ClusterConfig::to_raw),
+            #[cfg(not(feature = "cluster"))]
+            cluster: None,
+            pod_routes: Some(self.pod_routes),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
     }
@@ -511,5 +703,62 @@ mod tests {
         assert_eq!(again.service_cidrs, c.service_cidrs);
         assert_eq!(again.service_cidrs[0].to_string(), "10.96.0.0/16");
         assert_eq!(again.nodeport_addresses, c.nodeport_addresses);
+    }
+
+    #[cfg(not(feature = "cluster"))]
+    #[test]
+    fn a_base_build_refuses_a_cluster_table_by_name() {
+        let e = Config::from_toml("node_name = \"edge-1\"\n[cluster]\nserver = \"https://k8s\"\n").unwrap_err();
+        assert_eq!(e.0, NO_CLUSTER_MODE);
+        assert_eq!(Config::from_toml("node_name = \"edge-1\"\n").unwrap().cluster, None);
+    }
+
+    #[cfg(not(feature = "pod-routes"))]
+    #[test]
+    fn a_build_without_pod_routes_refuses_them_by_name() {
+        assert_eq!(Config::from_toml("pod_routes = true\n").unwrap_err().0, NO_POD_ROUTES);
+        assert!(!Config::from_toml("pod_routes = false\n").unwrap().pod_routes);
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn cluster_table_is_validated_and_round_trips() {
+        let c = Config::from_toml(
+            "[cluster]\nserver = \"https://198.18.0.1:6443\"\nca_file = \"/etc/nodeportd/ca.crt\"\ntoken_file = \"/etc/nodeportd/token\"\nnamespaces = [\"shop\", \"web\"]\nlabel_selector = \"tier=edge\"\n",
+        )
+        .unwrap();
+        let k = c.cluster.clone().unwrap();
+        assert_eq!(k.auth, ClusterAuth::Token("/etc/nodeportd/token".into()));
+        assert_eq!(k.namespaces, vec!["shop", "web"]);
+        assert_eq!((k.watch_timeout_seconds, k.request_timeout_seconds), (300, 30));
+        assert_eq!(Config::from_toml(&c.to_toml()).unwrap().cluster, c.cluster);
+        let cert = Config::from_toml(
+            "[cluster]\nserver = \"https://k8s\"\nca_file = \"/ca\"\ncert_file = \"/c\"\nkey_file = \"/k\"\n",
+        )
+        .unwrap();
+        assert_eq!(cert.cluster.unwrap().auth, ClusterAuth::Cert { cert: "/c".into(), key: "/k".into() });
+        assert_eq!(Config::default().cluster, None);
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn bad_cluster_tables_name_the_key() {
+        let base = "server = \"https://k8s\"\nca_file = \"/ca\"\n";
+        for (body, key) in [
+            ("ca_file = \"/ca\"\ntoken_file = \"/t\"\n", "cluster.server"),
+            ("server = \"http://k8s\"\nca_file = \"/ca\"\ntoken_file = \"/t\"\n", "cluster.server"),
+            ("server = \"https://k8s\"\ntoken_file = \"/t\"\n", "cluster.ca_file"),
+            (base, "token_file or cert_file"),
+            (&format!("{base}token_file = \"t\"\n"), "cluster.token_file"),
+            (&format!("{base}token_file = \"/t\"\ncert_file = \"/c\"\nkey_file = \"/k\"\n"), "cluster.token_file"),
+            (&format!("{base}cert_file = \"/c\"\n"), "cluster.key_file"),
+            (&format!("{base}key_file = \"/k\"\n"), "cluster.cert_file"),
+            (&format!("{base}token_file = \"/t\"\nnamespaces = [\"Bad_NS\"]\n"), "Bad_NS"),
+            (&format!("{base}token_file = \"/t\"\nwatch_timeout_seconds = 0\n"), "cluster.watch_timeout_seconds"),
+            (&format!("{base}token_file = \"/t\"\nsever = \"x\"\n"), "sever"),
+        ] {
+            let e = Config::from_toml(&format!("[cluster]\n{body}")).unwrap_err();
+            assert!(e.0.contains(key), "{body} -> {e}");
+        }
     }
 }

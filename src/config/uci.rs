@@ -27,11 +27,15 @@ impl std::error::Error for UciError {}
 
 /// Section types whose options become the daemon's configuration.
 const DAEMON_SECTION_TYPES: [&str; 2] = ["nodeportd", "main"];
+/// Section type of cluster mode's options: they become the `[cluster]` table.
+const CLUSTER_SECTION_TYPE: &str = "cluster";
 /// Section type read by `/etc/init.d/nodeportd` alone.
 const INIT_SECTION_TYPE: &str = "init";
 
 /// Keys the TOML config holds as integers; every other option is a string.
-const INTEGER_KEYS: [&str; 6] = [
+const INTEGER_KEYS: [&str; 8] = [
+    "watch_timeout_seconds",
+    "request_timeout_seconds",
     "masquerade_bit",
     "ct_mark_bit",
     "max_request_bytes",
@@ -39,11 +43,11 @@ const INTEGER_KEYS: [&str; 6] = [
     "idle_timeout_seconds",
     "resync_interval_seconds",
 ];
-/// Keys the TOML config holds as booleans (none yet; UCI spells them 1/0, on/off, ...).
-const BOOL_KEYS: [&str; 0] = [];
+/// Keys the TOML config holds as booleans (UCI spells them 1/0, on/off, ...).
+const BOOL_KEYS: [&str; 1] = ["pod_routes"];
 /// Keys the TOML config holds as arrays: a single `option` becomes a one-element array,
 /// which is what `uci set nodeportd.main.KEY=VALUE` produces.
-const LIST_KEYS: [&str; 2] = ["service_cluster_ip_ranges", "nodeport_addresses"];
+const LIST_KEYS: [&str; 3] = ["service_cluster_ip_ranges", "nodeport_addresses", "namespaces"];
 /// Keys that take one value or several (`node_ip`: one address per family).
 const ONE_OR_MANY_KEYS: [&str; 1] = ["node_ip"];
 
@@ -294,8 +298,17 @@ fn is_known_scalar(key: &str) -> bool {
 pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
     let sections = parse(text)?;
     let mut main: Option<&UciSection> = None;
+    let mut cluster: Option<&UciSection> = None;
     for s in &sections {
-        if DAEMON_SECTION_TYPES.contains(&s.kind.as_str()) {
+        if s.kind == CLUSTER_SECTION_TYPE {
+            if let Some(first) = cluster {
+                return Err(UciError(format!(
+                    "line {}: a second `config cluster` section (the first is on line {}); nodeportd follows one cluster",
+                    s.line, first.line
+                )));
+            }
+            cluster = Some(s);
+        } else if DAEMON_SECTION_TYPES.contains(&s.kind.as_str()) {
             if let Some(first) = main {
                 return Err(UciError(format!(
                     "line {}: a second `config {}` section (the first is on line {}); nodeportd reads exactly one",
@@ -305,7 +318,7 @@ pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
             main = Some(s);
         } else if s.kind != INIT_SECTION_TYPE {
             return Err(UciError(format!(
-                "line {}: unknown section type '{}' (expected `config nodeportd 'main'` or `config init 'init'`)",
+                "line {}: unknown section type '{}' (expected `config nodeportd 'main'`, `config cluster 'cluster'` or `config init 'init'`)",
                 s.line, s.kind
             )));
         }
@@ -315,6 +328,13 @@ pub fn uci_to_toml(text: &str) -> Result<toml::Table, UciError> {
         for e in &s.entries {
             table.insert(e.key.clone(), entry_to_toml(e)?);
         }
+    }
+    if let Some(s) = cluster {
+        let mut sub = toml::Table::new();
+        for e in &s.entries {
+            sub.insert(e.key.clone(), entry_to_toml(e)?);
+        }
+        table.insert(CLUSTER_SECTION_TYPE.into(), toml::Value::Table(sub));
     }
     Ok(table)
 }
@@ -329,6 +349,9 @@ mod tests {
     }
 
     fn config(text: &str) -> Config {
+        // A build without pod routes refuses `pod_routes '1'` (config::NO_POD_ROUTES).
+        #[cfg(not(feature = "pod-routes"))]
+        let text = &text.replace("option pod_routes '1'", "option pod_routes '0'");
         let raw: RawConfig = table(text).try_into().unwrap_or_else(|e| panic!("{text}\n-> {e}"));
         Config::from_raw(raw).unwrap_or_else(|e| panic!("{text}\n-> {e}"))
     }
@@ -361,6 +384,7 @@ config nodeportd 'main'
 	option idle_timeout_seconds '120'
 	option resync_interval_seconds '600'
 	option ubus '/var/run/ubus/ubus.sock'
+	option pod_routes '1'
 
 config init 'init'
 	list reload_interface 'lan'
@@ -388,6 +412,7 @@ config init 'init'
         assert_eq!(t["idle_timeout_seconds"].as_integer(), Some(120));
         assert_eq!(t["resync_interval_seconds"].as_integer(), Some(600));
         assert_eq!(t["ubus"].as_str(), Some("/var/run/ubus/ubus.sock"));
+        assert_eq!(t["pod_routes"].as_bool(), Some(true));
         assert!(!t.contains_key("reload_interface"), "init-script options stay out of the daemon's config");
     }
 
@@ -409,6 +434,7 @@ config init 'init'
         assert_eq!(c.idle_timeout_seconds, 120);
         assert_eq!(c.resync_interval_seconds, 600);
         assert_eq!(c.ubus, crate::ubus::Setting::Path("/var/run/ubus/ubus.sock".into()));
+        assert_eq!(c.pod_routes, cfg!(feature = "pod-routes"));
     }
 
     /// Every key the config can print (`--check-config`) can be written in UCI and reads
@@ -533,5 +559,22 @@ config init 'init'
         assert!(looks_like_uci(Path::new("/tmp/x"), "config\tmain\n"));
         assert!(!looks_like_uci(Path::new("/tmp/x"), "# config nodeportd\nnode_name = \"x\"\n"));
         assert!(!looks_like_uci(Path::new("/tmp/x"), "configuration = 1\n"));
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn the_cluster_section_becomes_the_cluster_table() {
+        let c = config(
+            "config nodeportd 'main'\n\toption node_ip '198.18.0.1'\n\nconfig cluster 'cluster'\n\toption server 'https://198.18.0.1:6443'\n\toption ca_file '/etc/nodeportd/cluster-ca.crt'\n\toption token_file '/etc/nodeportd/cluster-token'\n\tlist namespaces 'shop'\n\tlist namespaces 'web'\n\toption label_selector 'tier=edge'\n\toption watch_timeout_seconds '60'\n",
+        );
+        let k = c.cluster.expect("cluster");
+        assert_eq!(k.server, "https://198.18.0.1:6443");
+        assert_eq!(k.namespaces, vec!["shop", "web"]);
+        assert_eq!(k.label_selector.as_deref(), Some("tier=edge"));
+        assert_eq!(k.watch_timeout_seconds, 60);
+        let one = config("config cluster\n\toption server 'https://k8s'\n\toption ca_file '/ca'\n\toption cert_file '/c'\n\toption key_file '/k'\n\toption namespaces 'shop'\n");
+        assert_eq!(one.cluster.unwrap().namespaces, vec!["shop"]);
+        let e = uci_to_toml("config cluster\n\toption server 'https://k8s'\nconfig cluster\n").unwrap_err();
+        assert!(e.0.contains("second `config cluster`"), "{e}");
     }
 }

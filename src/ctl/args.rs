@@ -4,10 +4,12 @@
 pub const USAGE: &str = "\
 usage: nodeportctl [--socket PATH] COMMAND
 
-  apply -f FILE|- [-o json]                         create or update Services, Endpoints, EndpointSlices
+  apply [--prune] -f FILE|- [-o json]               create or update Services, Endpoints, EndpointSlices, Nodes;
+                                                    --prune deletes what an earlier apply created and FILE lacks
   get svc|service|services [NAME] [-n NS | -A] [-o json|wide]
   get ep|endpoints|endpointslices [NAME] [-n NS | -A] [-o json]
-  delete svc|service|endpoints|endpointslice NAME [-n NS]
+  get no|node|nodes [NAME] [-o json]
+  delete svc|service|endpoints|endpointslice|node NAME [-n NS]
   status [-o json]                                  version, node addresses, allocator usage, dataplane
   rpc METHOD [PARAMS_JSON | -]                      one raw JSON-RPC call; prints the result
 
@@ -20,6 +22,7 @@ pub enum Resource {
     Service,
     Endpoints,
     EndpointSlice,
+    Node,
 }
 
 impl Resource {
@@ -28,6 +31,7 @@ impl Resource {
             "svc" | "service" | "services" => Some(Resource::Service),
             "ep" | "endpoints" => Some(Resource::Endpoints),
             "endpointslice" | "endpointslices" => Some(Resource::EndpointSlice),
+            "no" | "node" | "nodes" => Some(Resource::Node),
             _ => None,
         }
     }
@@ -37,6 +41,7 @@ impl Resource {
             Resource::Service => "service",
             Resource::Endpoints => "endpoints",
             Resource::EndpointSlice => "endpointslice",
+            Resource::Node => "node",
         }
     }
 }
@@ -51,7 +56,7 @@ pub enum Output {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     Help,
-    Apply { file: String, json_out: bool },
+    Apply { file: String, json_out: bool, prune: bool },
     Get { res: Resource, name: Option<String>, namespace: String, all_namespaces: bool, output: Output },
     Delete { res: Resource, name: String, namespace: String },
     Status { json_out: bool },
@@ -65,6 +70,7 @@ struct Flags {
     output: Option<String>,
     namespace: Option<String>,
     all_namespaces: bool,
+    prune: bool,
     help: bool,
 }
 
@@ -101,6 +107,7 @@ pub fn parse(argv: &[String]) -> Result<(Option<String>, Command), String> {
             "-o" | "--output" => f.output = Some(value("-o")?),
             "-n" | "--namespace" => f.namespace = Some(value("-n")?),
             "-A" | "--all-namespaces" if inline.is_none() => f.all_namespaces = true,
+            "--prune" if inline.is_none() => f.prune = true,
             "-h" | "--help" if inline.is_none() => f.help = true,
             _ => return Err(format!("unknown flag: {a}")),
         }
@@ -138,14 +145,17 @@ fn command(f: &Flags, pos: &[String]) -> Result<Command, String> {
         return Err("a namespace must not be empty".into());
     }
     let resource = |i: usize| -> Result<Resource, String> {
-        let r = pos.get(i).ok_or("you must specify the type of resource: svc, endpoints or endpointslices")?;
+        let r = pos.get(i).ok_or("you must specify the type of resource: svc, endpoints, endpointslices or nodes")?;
         Resource::parse(r).ok_or_else(|| format!("the server doesn't have a resource type \"{r}\""))
     };
+    if f.prune && pos[0] != "apply" {
+        return Err("unknown flag: --prune (only apply takes it)".into());
+    }
     match pos[0].as_str() {
         "apply" => {
             no_extra(pos, 1)?;
             let file = f.file.clone().ok_or("must specify -f FILE (or -f - for standard input)")?;
-            Ok(Command::Apply { file, json_out: output(f, &["json"])? == Output::Json })
+            Ok(Command::Apply { file, json_out: output(f, &["json"])? == Output::Json, prune: f.prune })
         }
         "get" => {
             no_extra(pos, 3)?;
@@ -190,9 +200,13 @@ mod tests {
 
     #[test]
     fn apply_from_file_or_stdin() {
-        assert_eq!(p("apply -f svc.json").unwrap().1, Command::Apply { file: "svc.json".into(), json_out: false });
-        assert_eq!(p("apply -f - -o json").unwrap().1, Command::Apply { file: "-".into(), json_out: true });
-        assert_eq!(p("apply --filename=x.yaml").unwrap().1, Command::Apply { file: "x.yaml".into(), json_out: false });
+        let apply = |file: &str, json_out, prune| Command::Apply { file: file.into(), json_out, prune };
+        assert_eq!(p("apply -f svc.json").unwrap().1, apply("svc.json", false, false));
+        assert_eq!(p("apply -f - -o json").unwrap().1, apply("-", true, false));
+        assert_eq!(p("apply --filename=x.yaml").unwrap().1, apply("x.yaml", false, false));
+        assert_eq!(p("apply --prune -f -").unwrap().1, apply("-", false, true));
+        assert!(p("get svc --prune").unwrap_err().contains("--prune"));
+        assert!(matches!(p("get nodes").unwrap().1, Command::Get { res: Resource::Node, .. }));
         assert!(p("apply").unwrap_err().contains("-f"));
         assert!(p("apply -f x -o yaml").unwrap_err().contains("\"yaml\""));
     }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
-use crate::model::{parse_object, EndpointSlice, Endpoints, Service};
+use crate::model::{parse_object, EndpointSlice, Endpoints, Node, Service, APPLIED_BY, APPLIER_NODEPORTCTL};
 use args::{Command, Output, Resource};
 use rpc::{CallError, Client};
 
@@ -80,6 +80,7 @@ fn method_prefix(res: Resource) -> &'static str {
     match res {
         Resource::Service => "service",
         Resource::Endpoints | Resource::EndpointSlice => "endpoints",
+        Resource::Node => "node",
     }
 }
 
@@ -87,14 +88,14 @@ fn method_prefix(res: Resource) -> &'static str {
 /// EndpointSlices (CONTRACT.md).
 fn params(res: Resource, namespace: Option<&str>, name: Option<&str>) -> Value {
     let mut p = serde_json::Map::new();
-    if let Some(ns) = namespace {
+    if let Some(ns) = namespace.filter(|_| res != Resource::Node) {
         p.insert("namespace".into(), ns.into());
     }
     if let Some(n) = name {
         p.insert("name".into(), n.into());
     }
     match res {
-        Resource::Service => {}
+        Resource::Service | Resource::Node => {}
         Resource::Endpoints => {
             p.insert("kind".into(), "Endpoints".into());
         }
@@ -112,7 +113,7 @@ fn run(socket: &str, cmd: Command) -> Result<(), String> {
             print!("{}", args::USAGE);
             Ok(())
         }
-        Command::Apply { file, json_out } => apply(socket, &file, json_out),
+        Command::Apply { file, json_out, prune } => apply(socket, &file, json_out, prune),
         Command::Get { res, name, namespace, all_namespaces, output } => {
             let mut c = connect()?;
             let ns = if all_namespaces { None } else { Some(namespace.as_str()) };
@@ -133,7 +134,11 @@ fn run(socket: &str, cmd: Command) -> Result<(), String> {
             let mut c = connect()?;
             let method = format!("{}.delete", method_prefix(res));
             c.call(&method, params(res, Some(&namespace), Some(&name))).map_err(|e| e.to_string())?;
-            println!("{}/{namespace}/{name} deleted", res.singular());
+            if res == Resource::Node {
+                println!("node/{name} deleted");
+            } else {
+                println!("{}/{namespace}/{name} deleted", res.singular());
+            }
             Ok(())
         }
         Command::Status { json_out } => {
@@ -179,7 +184,7 @@ fn print_items(
     }
     if items.is_empty() {
         // kubectl's words, on stderr so scripts parsing the table see nothing.
-        if all_namespaces {
+        if all_namespaces || res == Resource::Node {
             eprintln!("No resources found");
         } else {
             eprintln!("No resources found in {namespace} namespace.");
@@ -200,6 +205,10 @@ fn print_items(
             let s: Vec<EndpointSlice> = items.into_iter().map(typed).collect::<Result<_, _>>()?;
             table::endpoint_slices_table(&s, all_namespaces, now())
         }
+        Resource::Node => {
+            let n: Vec<Node> = items.into_iter().map(typed).collect::<Result<_, _>>()?;
+            table::nodes_table(&n, now())
+        }
     };
     print!("{text}");
     Ok(())
@@ -214,12 +223,19 @@ fn print_items(
 /// with shared fsyncs and syncs as one batch; a daemon without that method (or one
 /// refusing the batch as too large) gets one `service.apply`/`endpoints.apply` per
 /// object, as before. What is printed is the same either way.
-fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
+///
+/// Every object is marked as applied by `nodeportctl` (annotation [`APPLIED_BY`]);
+/// `prune` then deletes the marked objects, of the kinds in the input, that the input
+/// lacks, unless an object failed (as kubectl does not prune after an error).
+fn apply(socket: &str, file: &str, json_out: bool, prune: bool) -> Result<(), String> {
     let text = read_source(file)?;
     let doc = input::parse_document(&text).map_err(|e| format!("error: {file}: {e}"))?;
-    let objects = parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?;
+    let mut objects = parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?;
     if objects.is_empty() {
         return Err(format!("error: no objects passed to apply ({file})"));
+    }
+    for o in &mut objects {
+        o.meta_mut().annotations.insert(APPLIED_BY.to_string(), APPLIER_NODEPORTCTL.to_string());
     }
     let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
     let mut stored = Vec::new();
@@ -232,7 +248,7 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
                     stored.push(r.get_mut("object").map(Value::take).unwrap_or(Value::Null));
                 } else {
                     let action = r.get("action").and_then(Value::as_str).unwrap_or("configured");
-                    println!("{}/{}/{} {action}", obj.resource(), obj.meta().ns(), obj.meta().name);
+                    println!("{} {action}", obj.path());
                 }
                 Ok(())
             }
@@ -283,17 +299,57 @@ fn apply(socket: &str, file: &str, json_out: bool) -> Result<(), String> {
         for obj in chunk {
             let method = match obj.kind() {
                 "Service" => "service.apply",
+                "Node" => "node.apply",
                 _ => "endpoints.apply",
             };
             let r = client.call(method, crate::api::rpc::object(vec![("object", obj.to_json())]));
             report(obj, r)?;
         }
     }
+    if failed > 0 {
+        if json_out {
+            println!("{}", pretty(&list(stored)));
+        }
+        let not = if prune { "; nothing pruned" } else { "" };
+        return Err(format!("error: {failed} object(s) from {file} were not applied{not}"));
+    }
+    if prune {
+        prune_missing(&mut client, &objects, json_out)?;
+    }
     if json_out {
         println!("{}", pretty(&list(stored)));
     }
+    Ok(())
+}
+
+/// `apply --prune`'s second step: the daemon deletes what `nodeportctl` applied earlier,
+/// of the kinds in `objects`, that `objects` lacks; each one is printed `KIND/NS/NAME pruned`.
+fn prune_missing(client: &mut Client, objects: &[crate::model::AnyObject], json_out: bool) -> Result<(), String> {
+    let keep: Vec<Value> =
+        objects.iter().map(|o| json!({"kind": o.kind(), "namespace": o.meta().ns(), "name": o.meta().name})).collect();
+    let r = client
+        .call("objects.prune", json!({"applier": APPLIER_NODEPORTCTL, "keep": keep}))
+        .map_err(|e| e.to_string())?;
+    let mut failed = 0usize;
+    for res in r.get("results").and_then(Value::as_array).cloned().unwrap_or_default() {
+        if let Some(err) = res.get("error") {
+            failed += 1;
+            eprintln!("{}", rpc::server_error(err));
+            continue;
+        }
+        let obj = res.get("object").cloned().unwrap_or(Value::Null);
+        match crate::model::parse_object(obj) {
+            Ok(objs) if !json_out => {
+                for o in objs {
+                    println!("{} pruned", o.path());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("bad object from nodeportd: {e}")),
+        }
+    }
     if failed > 0 {
-        return Err(format!("error: {failed} object(s) from {file} were not applied"));
+        return Err(format!("error: {failed} object(s) could not be pruned"));
     }
     Ok(())
 }

@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-const KNOWN: &[&str] = &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks"];
+const KNOWN: &[&str] =
+    &["version", "node", "nodePorts", "serviceCIDRs", "dataplane", "healthChecks", "podRoutes", "cluster"];
 
 fn text(v: Option<&Value>) -> String {
     match v {
@@ -30,6 +31,30 @@ fn band(v: Option<&Value>) -> String {
 
 fn line(out: &mut String, label: &str, value: impl AsRef<str>) {
     out.push_str(&format!("{:<16}{}\n", format!("{label}:"), value.as_ref()));
+}
+
+/// `Pod routes  on, 2 installed (proto 158)`, one line per route and per skipped node.
+fn pod_routes(out: &mut String, pr: Option<&Value>) {
+    let Some(pr) = pr else { return };
+    let routes = pr.get("routes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let skipped = pr.get("skipped").and_then(Value::as_array).cloned().unwrap_or_default();
+    let on = pr.get("enabled").and_then(Value::as_bool) == Some(true);
+    if !on && routes.is_empty() && skipped.is_empty() {
+        return;
+    }
+    let state = if on { "on" } else { "off" };
+    line(out, "Pod routes", format!("{state}, {} installed (proto {})", routes.len(), text(pr.get("protocol"))));
+    for r in &routes {
+        let f = |k: &str| text(r.get(k));
+        line(out, "  route", format!("{} via {} dev {} (node {})", f("cidr"), f("via"), f("dev"), f("node")));
+    }
+    for r in &skipped {
+        let cidr = r.get("cidr").map(|c| format!(" {}", text(Some(c)))).unwrap_or_default();
+        line(out, "  skipped", format!("node {}{cidr}: {}", text(r.get("node")), text(r.get("reason"))));
+    }
+    if let Some(e) = pr.get("lastError").filter(|e| !e.is_null()) {
+        line(out, "  last error", text(Some(e)));
+    }
 }
 
 pub fn status_text(s: &Value) -> String {
@@ -81,6 +106,8 @@ pub fn status_text(s: &Value) -> String {
     }
 
     health_checks(&mut out, s.get("healthChecks"));
+    cluster(&mut out, s.get("cluster"));
+    pod_routes(&mut out, s.get("podRoutes"));
 
     if let Some(map) = s.as_object() {
         for (k, v) in map.iter().filter(|(k, _)| !KNOWN.contains(&k.as_str())) {
@@ -94,6 +121,35 @@ pub fn status_text(s: &Value) -> String {
         }
     }
     out
+}
+
+/// Cluster mode: the server, connected or not, what is mirrored, the last error and
+/// every object that could not be mirrored.
+fn cluster(out: &mut String, v: Option<&Value>) {
+    let Some(c) = v.filter(|c| c.is_object()) else {
+        return;
+    };
+    let state = match c.get("connected").and_then(Value::as_bool) {
+        Some(true) => "connected",
+        Some(false) => "NOT connected",
+        None => "state unknown",
+    };
+    line(
+        out,
+        "Cluster",
+        format!(
+            "{} {state}, resourceVersion {}, {} objects mirrored",
+            text(c.get("server")),
+            text(c.get("resourceVersion")),
+            text(c.get("objects"))
+        ),
+    );
+    if let Some(e) = c.get("lastError").filter(|e| !e.is_null()) {
+        line(out, "  last error", text(Some(e)));
+    }
+    for k in c.get("conflicts").and_then(Value::as_array).into_iter().flatten() {
+        line(out, "  not mirrored", format!("{}: {}", text(k.get("object")), text(k.get("message"))));
+    }
 }
 
 /// One line per `healthCheckNodePort`: whom it answers for, and whether it listens.
@@ -173,5 +229,22 @@ objects:        endpoints=2 services=3
         let t = status_text(&json!({"version": "0.1.0"}));
         assert!(t.contains("Node:           -"));
         assert!(t.contains("Addresses:      <none>"));
+    }
+
+    #[test]
+    fn cluster_mode_is_summarised() {
+        let s = json!({"cluster": {"server": "https://198.18.0.1:6443", "connected": false, "resourceVersion": "812",
+            "objects": 6, "lastError": "services: HTTP 401 Unauthorized",
+            "conflicts": [{"object": "Service default/mine", "message": "exists as a local object"}]}});
+        let t = status_text(&s);
+        assert!(
+            t.contains(
+                "Cluster:        https://198.18.0.1:6443 NOT connected, resourceVersion 812, 6 objects mirrored"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("  last error:   services: HTTP 401 Unauthorized"), "{t}");
+        assert!(t.contains("  not mirrored: Service default/mine: exists as a local object"), "{t}");
+        assert!(!status_text(&json!({"cluster": null})).contains("Cluster"));
     }
 }

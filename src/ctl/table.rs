@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use crate::model::{EndpointSlice, Endpoints, Service, ServiceType};
+use crate::model::{EndpointSlice, Endpoints, Node, Service, ServiceType};
 
 /// One table: a header row and data rows, printed with kubectl's padding.
 pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
@@ -285,6 +285,24 @@ pub fn endpoints_table(items: &[Endpoints], all_namespaces: bool, now: i64) -> S
         })
         .collect();
     render(&headers, &rows)
+}
+
+/// `get nodes`: what a router uses of a Node (kubectl's own columns are about kubelets).
+pub fn nodes_table(items: &[Node], now: i64) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|n| {
+            let ips: Vec<String> = n.internal_ips().iter().map(ToString::to_string).collect();
+            let cidrs: Vec<String> = n.cidrs().iter().map(|c| c.to_string()).collect();
+            vec![
+                n.metadata.name.clone(),
+                or_none(ips.join(",")),
+                or_none(cidrs.join(",")),
+                age(n.metadata.creation_timestamp.as_deref(), now),
+            ]
+        })
+        .collect();
+    render(&["NAME", "INTERNAL-IP", "POD-CIDRS", "AGE"], &rows)
 }
 
 pub fn endpoint_slices_table(items: &[EndpointSlice], all_namespaces: bool, now: i64) -> String {

@@ -11,8 +11,8 @@ use super::clock;
 use super::State;
 use crate::api::rpc::{object, opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
-use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Service, SERVICE_NAME_LABEL};
-use crate::registry::{Action, EndpointsKind, Object, Prepared, Registry, Stamp};
+use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Node, Service, SERVICE_NAME_LABEL};
+use crate::registry::{Action, EndpointsKind, Object, ObjectRef, Prepared, Registry, Stamp};
 use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 
 /// Dispatch one method call. Reads answer at once from memory; writes prepare under a
@@ -22,9 +22,8 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
     let locks = st.borrow().writing.clone();
     // A write waits for its turn before any work on it (a read never does).
     let _turn = match method {
-        "service.apply" | "endpoints.apply" | "service.delete" | "endpoints.delete" | "objects.apply" => {
-            Some(locks.turn().await)
-        }
+        "service.apply" | "endpoints.apply" | "service.delete" | "endpoints.delete" | "objects.apply"
+        | "objects.prune" | "node.apply" | "node.delete" => Some(locks.turn().await),
         _ => None,
     };
     // An objects.apply's items, taken OBJECTS_STEP at a time.
@@ -44,6 +43,9 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
             if obj.kind() == "Service" {
                 return Err(RpcError::invalid_params("params.object: Invalid value: a Service: use service.apply"));
             }
+            if obj.kind() == "Node" {
+                return Err(RpcError::invalid_params("params.object: Invalid value: a Node: use node.apply"));
+            }
             vec![Ok(Intent::Apply(obj))]
         }
         "service.delete" => {
@@ -58,12 +60,39 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
             };
             vec![Ok(Intent::DeleteEndpoints(kind, ns.to_string(), name.to_string()))]
         }
+        "node.apply" => {
+            let obj = parse_one(object_param(&mut params)?, Some(("Node", "v1")), "Node")?;
+            if obj.kind() != "Node" {
+                return Err(RpcError::invalid_params(format!(
+                    "params.object: Invalid value: a {}: use objects.apply",
+                    obj.kind()
+                )));
+            }
+            vec![Ok(Intent::Apply(obj))]
+        }
+        "node.delete" => vec![Ok(Intent::DeleteNode(str_param(&params, "name")?.to_string()))],
         "objects.apply" => {
             items = objects_param(&mut params)?.into_iter().enumerate().peekable();
             Vec::new()
         }
+        "objects.prune" => {
+            let (applier, keep) = prune_param(&params)?;
+            let refs = st.borrow().registry.prune_selection(&applier, &keep);
+            refs.into_iter().map(|r| Ok(Intent::delete(r))).collect()
+        }
         _ => return read(&mut st.borrow_mut(), method, &params),
     };
+    if method == "objects.prune" {
+        let results: Vec<Value> = write(&st, intents, Source::Local)
+            .await
+            .into_iter()
+            .map(|r| match r {
+                Ok((_, obj)) => json!({ "action": "pruned", "object": object_json(&obj) }),
+                Err(e) => json!({ "error": e.to_json() }),
+            })
+            .collect();
+        return Ok(json!({ "results": results }));
+    }
     let batch = method == "objects.apply";
     // An objects.apply's results, one per object.
     let mut done = Vec::new();
@@ -71,12 +100,12 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
         if batch {
             intents = parse_items(items.by_ref().take(OBJECTS_STEP));
         }
-        let results = write(&st, std::mem::take(&mut intents)).await;
+        let results = write(&st, std::mem::take(&mut intents), Source::Local).await;
         if !batch {
             let (action, obj) =
                 results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
             return Ok(match method {
-                "service.delete" | "endpoints.delete" => object(vec![("object", object_json(&obj))]),
+                "service.delete" | "endpoints.delete" | "node.delete" => object(vec![("object", object_json(&obj))]),
                 _ => object(vec![("action", action.to_string().into()), ("object", object_json(&obj))]),
             });
         }
@@ -119,20 +148,43 @@ fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError>
             let items: Vec<Value> = st.registry.list_endpoints(kind, ns).iter().map(endpoints_json).collect();
             Ok(object(vec![("apiVersion", "v1".into()), ("kind", "List".into()), ("items", Value::Array(items))]))
         }
+        "node.get" => Ok(json!({ "object": st.registry.get_node(str_param(params, "name")?)? })),
+        "node.list" => {
+            let items: Vec<&Node> = st.registry.nodes().collect();
+            Ok(json!({ "apiVersion": "v1", "kind": "NodeList", "items": items }))
+        }
         "status" => Ok(super::status::status(st)),
         _ => Err(method_not_found(method)),
     }
 }
 
+/// Who asks for a change: a local client (socket, ubus) or cluster mode. Objects the
+/// cluster owns change only through cluster mode; cluster mode never changes a local one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Local,
+    Cluster,
+}
+
 /// One change a request asks for.
 #[allow(clippy::large_enum_variant)] // a few per request, moved once: not worth a box
-enum Intent {
+pub enum Intent {
     Apply(AnyObject),
     DeleteService(String, String),
     DeleteEndpoints(EndpointsKind, String, String),
+    DeleteNode(String),
 }
 
 impl Intent {
+    fn delete(r: ObjectRef) -> Intent {
+        match r.kind {
+            "Service" => Intent::DeleteService(r.namespace, r.name),
+            "Endpoints" => Intent::DeleteEndpoints(EndpointsKind::Endpoints, r.namespace, r.name),
+            "EndpointSlice" => Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, r.namespace, r.name),
+            _ => Intent::DeleteNode(r.name),
+        }
+    }
+
     /// The object it names: writes to one object are serialised.
     fn key(&self) -> WriteKey {
         match self {
@@ -140,10 +192,12 @@ impl Intent {
                 let class = match o.kind() {
                     "Service" => 0,
                     "Endpoints" => 1,
+                    "Node" => return (3, String::new(), o.meta().name.clone()),
                     _ => 2,
                 };
                 (class, o.meta().ns().to_string(), o.meta().name.clone())
             }
+            Intent::DeleteNode(n) => (3, String::new(), n.clone()),
             Intent::DeleteService(ns, n) => (0, ns.clone(), n.clone()),
             Intent::DeleteEndpoints(EndpointsKind::Endpoints, ns, n) => (1, ns.clone(), n.clone()),
             Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, ns, n) => (2, ns.clone(), n.clone()),
@@ -268,11 +322,71 @@ fn parse_items(items: impl Iterator<Item = (usize, Value)>) -> Vec<Result<Intent
     out
 }
 
+/// The ownership rule (docs/cluster.md): a local client cannot change or mark an object
+/// the cluster owns; cluster mode cannot replace or remove a local one.
+fn check_owner(reg: &Registry, it: &Intent, source: Source) -> Result<(), ApiError> {
+    use crate::cluster::{cluster_owned, OWNER_ANNOTATION};
+    use crate::model::Reason;
+    use crate::registry::ObjKind;
+    let (kind, ns, name, incoming) = match it {
+        Intent::Apply(o) => {
+            let kind = match o.kind() {
+                "Service" => ObjKind::Service,
+                "Endpoints" => ObjKind::Endpoints,
+                "Node" => ObjKind::Node,
+                _ => ObjKind::EndpointSlice,
+            };
+            (kind, o.meta().ns(), o.meta().name.as_str(), Some(o.meta()))
+        }
+        Intent::DeleteService(ns, n) => (ObjKind::Service, ns.as_str(), n.as_str(), None),
+        Intent::DeleteEndpoints(EndpointsKind::Endpoints, ns, n) => (ObjKind::Endpoints, ns.as_str(), n.as_str(), None),
+        Intent::DeleteEndpoints(EndpointsKind::EndpointSlice, ns, n) => {
+            (ObjKind::EndpointSlice, ns.as_str(), n.as_str(), None)
+        }
+        Intent::DeleteNode(n) => (ObjKind::Node, "", n.as_str(), None),
+    };
+    let (word, shown) = match kind {
+        ObjKind::Service => ("Service", format!("{ns}/{name}")),
+        ObjKind::Endpoints => ("Endpoints", format!("{ns}/{name}")),
+        ObjKind::EndpointSlice => ("EndpointSlice", format!("{ns}/{name}")),
+        ObjKind::Node => ("Node", name.to_string()),
+    };
+    let stored = reg.stored_annotations(kind, ns, name);
+    match source {
+        Source::Local => {
+            if stored.is_some_and(cluster_owned) {
+                return Err(ApiError::new(
+                    Reason::Conflict,
+                    format!(
+                        "{word} {shown} is owned by the cluster (mirrored by cluster mode): change it in the cluster"
+                    ),
+                ));
+            }
+            if incoming.is_some_and(|m| m.annotations.contains_key(OWNER_ANNOTATION)) {
+                return Err(ApiError::new(
+                    Reason::Invalid,
+                    format!("{word} {shown}: metadata.annotations[{OWNER_ANNOTATION}]: reserved for cluster mode"),
+                ));
+            }
+        }
+        Source::Cluster => {
+            if stored.is_some_and(|a| !cluster_owned(a)) {
+                return Err(ApiError::new(
+                    Reason::Conflict,
+                    format!("{word} {shown} exists as a local object: the cluster's is not mirrored until the local one is deleted"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Apply intents in order: groups without a repeated object are prepared together,
 /// written as one batch (shared fsyncs) and committed; one result per intent.
-async fn write(
+pub async fn write(
     st: &Rc<RefCell<State>>,
     intents: Vec<Result<Intent, RpcError>>,
+    source: Source,
 ) -> Vec<Result<(Action, Object), RpcError>> {
     let mut results: Vec<Option<Result<(Action, Object), RpcError>>> = Vec::with_capacity(intents.len());
     let mut group: Vec<(usize, Intent)> = Vec::new();
@@ -294,7 +408,7 @@ async fn write(
     }
     groups.push(group);
     for group in groups.into_iter().filter(|g| !g.is_empty()) {
-        for (i, r) in write_group(st, group).await {
+        for (i, r) in write_group(st, group, source).await {
             results[i] = Some(r);
         }
     }
@@ -304,6 +418,7 @@ async fn write(
 async fn write_group(
     st: &Rc<RefCell<State>>,
     group: Vec<(usize, Intent)>,
+    source: Source,
 ) -> Vec<(usize, Result<(Action, Object), RpcError>)> {
     let locks = st.borrow().writing.clone();
     let _guard = locks.lock(group.iter().map(|(_, it)| it.key()).collect()).await;
@@ -314,8 +429,14 @@ async fn write_group(
         let stamp = s.stamp();
         let mut prepared: Vec<(usize, Prepared)> = Vec::new();
         for (i, it) in group {
+            if let Err(e) = check_owner(&s.registry, &it, source) {
+                out.push((i, Err(e.into())));
+                continue;
+            }
             let p = match it {
                 Intent::Apply(AnyObject::Service(svc)) => s.registry.prepare_service(svc, &stamp),
+                Intent::Apply(AnyObject::Node(n)) => s.registry.prepare_node(n, &stamp),
+                Intent::DeleteNode(n) => s.registry.prepare_delete_node(&n),
                 Intent::Apply(other) => match other.into_endpoints() {
                     Some(e) => s.registry.prepare_endpoints(e, &stamp),
                     None => Err(ApiError::internal("not a Service, Endpoints or EndpointSlice")),
@@ -341,6 +462,41 @@ async fn write_group(
         out.push((i, r));
     }
     out
+}
+
+/// `objects.prune`'s params: `applier` (the value of the applier annotation) and
+/// `keep`, the objects of the input (`[{kind, namespace, name}]`); the kinds to prune are
+/// the kinds in `keep`.
+fn prune_param(params: &Value) -> Result<(String, BTreeSet<ObjectRef>), RpcError> {
+    let applier = str_param(params, "applier")?.to_string();
+    let Some(Value::Array(items)) = params.get("keep") else {
+        return Err(RpcError::invalid_params("params.keep: Required value: an array of {kind, namespace, name}"));
+    };
+    let mut keep = BTreeSet::new();
+    for (i, it) in items.iter().enumerate() {
+        let field = |f: &str| it.get(f).and_then(Value::as_str);
+        let kind = match field("kind") {
+            Some("Service") => "Service",
+            Some("Endpoints") => "Endpoints",
+            Some("EndpointSlice") => "EndpointSlice",
+            Some("Node") => "Node",
+            other => {
+                return Err(RpcError::invalid_params(format!(
+                    "params.keep[{i}].kind: Unsupported value: {}: supported values: \"Service\", \"Endpoints\", \"EndpointSlice\", \"Node\"",
+                    other.map_or("null".to_string(), crate::model::validate::q)
+                )))
+            }
+        };
+        let Some(name) = field("name") else {
+            return Err(RpcError::invalid_params(format!("params.keep[{i}].name: Required value")));
+        };
+        let namespace = match kind {
+            "Node" => "",
+            _ => field("namespace").filter(|n| !n.is_empty()).unwrap_or("default"),
+        };
+        keep.insert(ObjectRef { kind, namespace: namespace.to_string(), name: name.to_string() });
+    }
+    Ok((applier, keep))
 }
 
 fn ns_name(params: &Value) -> Result<(&str, &str), RpcError> {
@@ -443,6 +599,7 @@ fn mark_changed(st: &mut State, done: Vec<Result<Committed, RpcError>>) -> Vec<R
                 if c.action != Action::Unchanged {
                     match (&c.object, &c.previous) {
                         (Object::Service(s), _) => st.service_changed(s.namespace(), s.name()),
+                        (Object::Node(_), _) => st.nodes_changed(),
                         (Object::Endpoints(e), prev) => {
                             if let Some(p) = prev {
                                 st.endpoints_changed(p);
@@ -452,7 +609,8 @@ fn mark_changed(st: &mut State, done: Vec<Result<Committed, RpcError>>) -> Vec<R
                     }
                     let (ns, name) = c.object.key();
                     let what = if c.deleted { "deleted".to_string() } else { c.action.to_string() };
-                    log::info!("{}/{ns}/{name} {what}", kind_word(&c.object));
+                    let ns = if ns.is_empty() { String::new() } else { format!("{ns}/") };
+                    log::info!("{}/{ns}{name} {what}", kind_word(&c.object));
                 }
                 out.push(c.error.map_or(Ok((c.action, c.object)), Err));
             }
@@ -467,6 +625,7 @@ fn kind_word(obj: &Object) -> &'static str {
         Object::Service(_) => "service",
         Object::Endpoints(EndpointsObject::Endpoints(_)) => "endpoints",
         Object::Endpoints(EndpointsObject::Slice(_)) => "endpointslice",
+        Object::Node(_) => "node",
     }
 }
 
@@ -576,11 +735,13 @@ fn describe(p: &Prepared) -> String {
         Object::Service(_) => "Service",
         Object::Endpoints(EndpointsObject::Endpoints(_)) => "Endpoints",
         Object::Endpoints(EndpointsObject::Slice(_)) => "EndpointSlice",
+        Object::Node(_) => "Node",
     };
+    let path = if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") };
     if p.is_delete() {
-        format!("the deletion of {kind} {ns}/{name}")
+        format!("the deletion of {kind} {path}")
     } else {
-        format!("{kind} {ns}/{name}")
+        format!("{kind} {path}")
     }
 }
 
@@ -588,6 +749,7 @@ fn store_kind_of(obj: &Object) -> Kind {
     match obj {
         Object::Service(_) => Kind::Service,
         Object::Endpoints(e) => store_kind(e),
+        Object::Node(_) => Kind::Node,
     }
 }
 
@@ -595,6 +757,7 @@ pub fn object_json(obj: &Object) -> Value {
     match obj {
         Object::Service(s) => serde_json::to_value(s).unwrap_or(Value::Null),
         Object::Endpoints(e) => endpoints_json(e),
+        Object::Node(n) => serde_json::to_value(n).unwrap_or(Value::Null),
     }
 }
 

@@ -7,9 +7,11 @@ use crate::config::Config;
 use crate::logging;
 
 pub mod clock;
+pub mod cluster;
 pub mod handlers;
 pub mod health;
 pub mod node;
+pub mod pod_routes;
 pub mod run;
 pub mod status;
 pub mod sync;

@@ -15,7 +15,7 @@ use super::sync::DataplaneStatus;
 use super::Args;
 use crate::api::{self, server};
 use crate::config::Config;
-use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Service};
+use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Node, Service};
 use crate::registry::Registry;
 use crate::store::{Kind, Store, Stored};
 
@@ -46,6 +46,10 @@ pub struct State {
     pub wake: Rc<Notify>,
     /// Events for the native ubus object (`super::ubus`).
     pub ubus: crate::ubus::Events,
+    /// Cluster mode's connection (None: not configured).
+    pub cluster: Option<super::cluster::ClusterStatus>,
+    /// Routes to the Nodes' pod CIDRs (`pod_routes`).
+    pub pod_routes: super::pod_routes::PodRoutes,
 }
 
 impl State {
@@ -60,6 +64,10 @@ impl State {
             self.dirty.insert(key);
         }
         self.wake.notify_one();
+    }
+    /// A Node was applied or deleted: the pod routes follow.
+    pub fn nodes_changed(&mut self) {
+        self.pod_routes.wake();
     }
     /// The resync timer: look for drift nobody told us about.
     pub fn request_check(&mut self) {
@@ -76,23 +84,18 @@ impl State {
 
 /// Decode what the store read back; a file that no longer decodes stops the daemon
 /// with its name (it is never overwritten).
-fn decode_stored(
-    state_dir: &std::path::Path,
-    objs: Vec<Stored>,
-) -> Result<(Vec<Service>, Vec<EndpointsObject>), String> {
+type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
+
+fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decoded, String> {
     let mut services = Vec::new();
     let mut endpoints = Vec::new();
+    let mut nodes = Vec::new();
     for o in objs {
         let file = || {
-            let dir = match o.kind {
-                Kind::Service => "services",
-                Kind::Endpoints => "endpoints",
-                Kind::EndpointSlice => "endpointslices",
-            };
             state_dir
                 .join("objects")
-                .join(dir)
-                .join(&o.namespace)
+                .join(o.kind.dir())
+                .join(o.kind.ns_dir(&o.namespace))
                 .join(format!("{}.json", o.name))
                 .display()
                 .to_string()
@@ -110,9 +113,13 @@ fn decode_stored(
                 crate::model::parse::decode::<EndpointSlice>(o.object)
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
+            Kind::Node => nodes.push(
+                crate::model::parse::decode::<Node>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+            ),
         }
     }
-    Ok((services, endpoints))
+    Ok((services, endpoints, nodes))
 }
 
 /// A dry run's private state directory, removed when the daemon stops.
@@ -148,14 +155,21 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
     // directory another daemon is using.
     let _lock = crate::store::lock_state_dir(&cfg.state_dir).map_err(|e| e.to_string())?;
     let (store, objects) = Store::open(&cfg.state_dir).map_err(|e| e.to_string())?;
-    let (services, endpoints) = decode_stored(&cfg.state_dir, objects)?;
+    let (services, endpoints, nodes) = decode_stored(&cfg.state_dir, objects)?;
     let n_services = services.len();
-    let (registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    let (mut registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    registry.restore_nodes(nodes);
     for p in &problems {
         log::warn!("state: {p}");
     }
     let group = match &cfg.socket_group {
         Some(g) => Some(api::peer::lookup_group(g).ok_or_else(|| format!("socket_group: unknown group {g:?}"))?),
+        None => None,
+    };
+    // Credentials are checked before anything starts: a bad CA or a key others can read stops here.
+    #[cfg(feature = "cluster")]
+    let cluster = match &cfg.cluster {
+        Some(c) => Some(super::cluster::start(c)?),
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -188,8 +202,16 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
             node_changed: false,
             wake: wake.clone(),
             ubus: ubus_events,
+            cluster: None,
+            pod_routes: Default::default(),
             cfg: cfg.clone(),
         }));
+        #[cfg(feature = "cluster")]
+        if let (Some((streams, rx)), Some(c)) = (cluster, &cfg.cluster) {
+            st.borrow_mut().cluster = Some(super::cluster::ClusterStatus::new(&c.server, &streams));
+            log::info!("cluster mode: following {} ({} streams)", c.server, streams.len());
+            tokio::task::spawn_local(super::cluster::run(st.clone(), streams, rx));
+        }
 
         let listener = server::bind(&cfg.socket, group).map_err(|e| format!("{}: {e}", cfg.socket.display()))?;
         let limits = server::Limits {
@@ -218,6 +240,8 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         // resync tick: `full_resync` is already set, the loop only needs waking.
         wake.notify_one();
         super::node::spawn_watchers(st.clone());
+        #[cfg(feature = "pod-routes")]
+        super::pod_routes::spawn(st.clone());
         tokio::task::spawn_local(super::health::run(st.clone()));
 
         log::info!(
@@ -280,6 +304,7 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         ("state_dir", new.state_dir != old.state_dir),
         ("table", new.table != old.table),
         ("ubus", new.ubus != old.ubus),
+        ("cluster", new.cluster != old.cluster),
     ] {
         if changed {
             log::error!(
@@ -305,5 +330,6 @@ async fn reload(st: &Rc<RefCell<State>>, args: &Args) {
         s.node.reconfigure(&cfg);
     }
     s.request_full_resync();
+    s.pod_routes.wake();
     log::info!("configuration reloaded");
 }

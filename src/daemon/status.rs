@@ -35,10 +35,25 @@ pub fn status(st: &State) -> Value {
             "services": st.registry.service_count(),
             "endpoints": st.registry.endpoints_count(),
             "endpointSlices": st.registry.endpoint_slice_count(),
+            "nodes": st.registry.node_count(),
         },
+        "podRoutes": st.pod_routes.status_json(st.cfg.pod_routes),
         "healthChecks": st.health.status_json(),
         "problems": st.registry.problems(),
         "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes(), "batches": st.store.batches() },
         "uptimeSeconds": st.started.elapsed().as_secs(),
+        "cluster": cluster(st),
     })
+}
+
+/// `status.cluster`: the connection to the API server, `null` when not following one.
+#[cfg(feature = "cluster")]
+fn cluster(st: &State) -> Value {
+    st.cluster.as_ref().map_or(Value::Null, |c| c.json(&st.registry))
+}
+
+/// A build without cluster mode never follows an API server.
+#[cfg(not(feature = "cluster"))]
+fn cluster(_: &State) -> Value {
+    Value::Null
 }

@@ -29,7 +29,8 @@ pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Resu
 
 /// The events of one answered request: one per object of an `objects.apply` (a List).
 fn events(method: &str, result: &Value) -> Vec<Event> {
-    if method != "objects.apply" {
+    let pruned = method == "objects.prune";
+    if method != "objects.apply" && !pruned {
         return service_event(method, result).into_iter().collect();
     }
     let items = result.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
@@ -37,7 +38,13 @@ fn events(method: &str, result: &Value) -> Vec<Event> {
         .iter()
         .filter_map(|r| {
             let kind = r.pointer("/object/kind").and_then(Value::as_str)?;
-            let method = if kind == "Service" { "service.apply" } else { "endpoints.apply" };
+            let method = match (kind, pruned) {
+                ("Node", _) => return None,
+                ("Service", false) => "service.apply",
+                ("Service", true) => "service.delete",
+                (_, false) => "endpoints.apply",
+                (_, true) => "endpoints.delete",
+            };
             service_event(method, r)
         })
         .collect()

@@ -1,11 +1,12 @@
-//! Kubernetes objects nodeportd understands: Service (v1), Endpoints (v1) and
-//! EndpointSlice (discovery.k8s.io/v1), as `kubectl -o json` and an API server print them.
+//! Kubernetes objects nodeportd understands: Service (v1), Endpoints (v1),
+//! EndpointSlice (discovery.k8s.io/v1) and Node (v1, for pod routes), as `kubectl -o json` and an API server print them.
 //!
 //! Unknown fields are ignored on input; known fields round-trip with Kubernetes' JSON
 //! names so objects read back look like Kubernetes objects.
 
 pub mod error;
 pub mod names;
+pub mod node;
 pub mod parse;
 pub mod strategy;
 pub mod validate;
@@ -15,6 +16,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, Reason};
+pub use node::{validate_node, Node};
 pub use parse::{parse_and_validate, parse_object, AnyObject};
 
 /// `metadata` of every object we store.
@@ -273,6 +275,12 @@ pub struct EndpointConditions {
 }
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The annotation naming the applier of an object, for `apply --prune`; `nodeportctl
+/// apply` sets it to [`APPLIER_NODEPORTCTL`] (as `kubectl apply` sets
+/// `kubectl.kubernetes.io/last-applied-configuration`).
+pub const APPLIED_BY: &str = "nodeportd.io/applied-by";
+pub const APPLIER_NODEPORTCTL: &str = "nodeportctl";
 
 /// Either endpoint object kind, as `endpoints.apply` accepts them.
 #[derive(Debug, Clone, PartialEq, Eq)]

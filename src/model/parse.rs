@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::validate::{q, validate_endpoint_slice, validate_endpoints, validate_service_create};
-use super::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Reason, Service};
+use super::{validate_node, ApiError, EndpointSlice, Endpoints, EndpointsObject, Node, Reason, Service};
 
 /// Any object nodeportd stores.
 // Short-lived (one request's objects), so the size of the Service variant costs nothing
@@ -16,6 +16,7 @@ pub enum AnyObject {
     Service(Service),
     Endpoints(Endpoints),
     EndpointSlice(EndpointSlice),
+    Node(Node),
 }
 
 impl AnyObject {
@@ -24,6 +25,7 @@ impl AnyObject {
             AnyObject::Service(_) => "Service",
             AnyObject::Endpoints(_) => "Endpoints",
             AnyObject::EndpointSlice(_) => "EndpointSlice",
+            AnyObject::Node(_) => "Node",
         }
     }
     /// The resource name kubectl prints in `service/NS/NAME created`.
@@ -32,6 +34,7 @@ impl AnyObject {
             AnyObject::Service(_) => "service",
             AnyObject::Endpoints(_) => "endpoints",
             AnyObject::EndpointSlice(_) => "endpointslice",
+            AnyObject::Node(_) => "node",
         }
     }
     pub fn meta(&self) -> &super::ObjectMeta {
@@ -39,6 +42,22 @@ impl AnyObject {
             AnyObject::Service(o) => &o.metadata,
             AnyObject::Endpoints(o) => &o.metadata,
             AnyObject::EndpointSlice(o) => &o.metadata,
+            AnyObject::Node(o) => &o.metadata,
+        }
+    }
+    pub fn meta_mut(&mut self) -> &mut super::ObjectMeta {
+        match self {
+            AnyObject::Service(o) => &mut o.metadata,
+            AnyObject::Endpoints(o) => &mut o.metadata,
+            AnyObject::EndpointSlice(o) => &mut o.metadata,
+            AnyObject::Node(o) => &mut o.metadata,
+        }
+    }
+    /// `KIND/NAMESPACE/NAME` as `nodeportctl apply` prints it; `node/NAME` for a Node.
+    pub fn path(&self) -> String {
+        match self {
+            AnyObject::Node(n) => format!("node/{}", n.metadata.name),
+            _ => format!("{}/{}/{}", self.resource(), self.meta().ns(), self.meta().name),
         }
     }
     /// Validates an Endpoints or EndpointSlice. A Service passes here: like the API
@@ -50,12 +69,13 @@ impl AnyObject {
             AnyObject::Service(_) => Ok(()),
             AnyObject::Endpoints(o) => validate_endpoints(o),
             AnyObject::EndpointSlice(o) => validate_endpoint_slice(o),
+            AnyObject::Node(o) => validate_node(o),
         }
     }
     /// The endpoints form `endpoints.apply` takes; `None` for a Service.
     pub fn into_endpoints(self) -> Option<EndpointsObject> {
         match self {
-            AnyObject::Service(_) => None,
+            AnyObject::Service(_) | AnyObject::Node(_) => None,
             AnyObject::Endpoints(e) => Some(EndpointsObject::Endpoints(e)),
             AnyObject::EndpointSlice(e) => Some(EndpointsObject::Slice(e)),
         }
@@ -65,6 +85,7 @@ impl AnyObject {
             AnyObject::Service(o) => serde_json::to_value(o),
             AnyObject::Endpoints(o) => serde_json::to_value(o),
             AnyObject::EndpointSlice(o) => serde_json::to_value(o),
+            AnyObject::Node(o) => serde_json::to_value(o),
         };
         v.unwrap_or(Value::Null)
     }
@@ -77,7 +98,7 @@ fn invalid(msg: String) -> ApiError {
 /// The apiVersion each kind is served in.
 fn api_version_of(kind: &str) -> Option<&'static str> {
     match kind {
-        "Service" | "Endpoints" => Some("v1"),
+        "Service" | "Endpoints" | "Node" => Some("v1"),
         "EndpointSlice" => Some("discovery.k8s.io/v1"),
         _ => None,
     }
@@ -93,6 +114,7 @@ pub fn parse_object(value: Value) -> Result<Vec<AnyObject>, ApiError> {
         "ServiceList" => Some("Service"),
         "EndpointsList" => Some("Endpoints"),
         "EndpointSliceList" => Some("EndpointSlice"),
+        "NodeList" => Some("Node"),
         _ => return Ok(vec![parse_single(value, None)?]),
     };
     let Value::Object(mut map) = value else {
@@ -164,7 +186,7 @@ fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Resul
             return Err(invalid(format!("kind: Invalid value: {}: a List may not hold another list", q(&kind))));
         }
         return Err(invalid(format!(
-            "kind {} is not supported: nodeportd accepts Service (v1), Endpoints (v1) and EndpointSlice (discovery.k8s.io/v1)",
+            "kind {} is not supported: nodeportd accepts Service (v1), Endpoints (v1), EndpointSlice (discovery.k8s.io/v1) and Node (v1)",
             q(&kind)
         )));
     };
@@ -188,6 +210,7 @@ fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Resul
     Ok(match kind.as_str() {
         "Service" => AnyObject::Service(typed(&kind, value)?),
         "Endpoints" => AnyObject::Endpoints(typed(&kind, value)?),
+        "Node" => AnyObject::Node(typed(&kind, value)?),
         _ => AnyObject::EndpointSlice(typed(&kind, value)?),
     })
 }

@@ -7,6 +7,7 @@
 
 mod backends;
 mod meta;
+mod prune;
 mod service;
 #[cfg(test)]
 mod tests;
@@ -21,9 +22,10 @@ use serde::Serialize;
 
 use crate::alloc::{AllocError, IpAllocator, PortAllocator, Rng, Usage};
 use crate::config::PortRange;
-use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Service, ServiceType};
+use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Node, Service, ServiceType};
 
 pub use backends::PortBackends;
+pub use prune::{ObjectRef, APPLIED_BY};
 pub use write::{Object, Prepared};
 
 /// What the caller supplies for a write: the current time (RFC 3339) and a uid to
@@ -51,6 +53,15 @@ impl fmt::Display for Action {
             Action::Unchanged => "unchanged",
         })
     }
+}
+
+/// Every kind of stored object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ObjKind {
+    Service,
+    Endpoints,
+    EndpointSlice,
+    Node,
 }
 
 /// Which endpoint object kind a get/list/delete means.
@@ -117,6 +128,8 @@ pub struct Registry {
     /// (namespace, `kubernetes.io/service-name`) → slice names: finding a service's
     /// slices must not scan every slice (a sync would cost O(all) per service).
     slices_of: BTreeMap<Key, BTreeSet<String>>,
+    /// Nodes by name (cluster-scoped), for pod routes.
+    nodes: BTreeMap<String, Node>,
     problems: Vec<(Key, String)>,
     resource_version: u64,
     /// The first address of the primary service CIDR, held for `default/kubernetes`
@@ -164,6 +177,7 @@ impl Registry {
             endpoints: BTreeMap::new(),
             slices: BTreeMap::new(),
             slices_of: BTreeMap::new(),
+            nodes: BTreeMap::new(),
             problems: Vec::new(),
             resource_version: 0,
             reserved,
@@ -302,6 +316,15 @@ impl Registry {
         (reg, list)
     }
 
+    /// Adds the stored Nodes to a restored registry (they hold no allocations).
+    pub fn restore_nodes(&mut self, nodes: Vec<Node>) {
+        for mut n in nodes {
+            n.normalize();
+            self.note_rv(&n.metadata);
+            self.nodes.insert(n.name().to_string(), n);
+        }
+    }
+
     fn slice_owner(s: &EndpointSlice) -> Option<Key> {
         let svc = s.metadata.labels.get(crate::model::SERVICE_NAME_LABEL)?;
         Some((s.metadata.ns().to_string(), svc.clone()))
@@ -364,6 +387,7 @@ impl Registry {
             return Err(new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; "));
         }
         reg.resource_version = reg.resource_version.max(self.resource_version);
+        reg.nodes = self.nodes.clone();
         Ok(reg)
     }
 
@@ -401,6 +425,43 @@ impl Registry {
         }
     }
 
+    /// The annotations of a stored object (a Node's namespace is ignored).
+    pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&BTreeMap<String, String>> {
+        let key = (ns.to_string(), name.to_string());
+        match kind {
+            ObjKind::Service => self.services.get(&key).map(|s| &s.metadata.annotations),
+            ObjKind::Endpoints => self.endpoints.get(&key).map(|e| &e.metadata.annotations),
+            ObjKind::EndpointSlice => self.slices.get(&key).map(|e| &e.metadata.annotations),
+            ObjKind::Node => self.nodes.get(name).map(|n| &n.metadata.annotations),
+        }
+    }
+
+    /// (namespace, name) of the stored objects of a kind whose annotations satisfy
+    /// `pred` (Nodes: namespace "").
+    pub fn keys_where(
+        &self,
+        kind: ObjKind,
+        pred: impl Fn(&BTreeMap<String, String>) -> bool,
+    ) -> BTreeSet<(String, String)> {
+        match kind {
+            ObjKind::Service => {
+                self.services.iter().filter(|(_, s)| pred(&s.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+            ObjKind::Endpoints => {
+                self.endpoints.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+            ObjKind::EndpointSlice => {
+                self.slices.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+            }
+            ObjKind::Node => self
+                .nodes
+                .iter()
+                .filter(|(_, n)| pred(&n.metadata.annotations))
+                .map(|(k, _)| (String::new(), k.clone()))
+                .collect(),
+        }
+    }
+
     pub fn service_count(&self) -> usize {
         self.services.len()
     }
@@ -411,6 +472,50 @@ impl Registry {
 
     pub fn endpoint_slice_count(&self) -> usize {
         self.slices.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    // ---- Nodes ----
+
+    pub fn get_node(&self, name: &str) -> Result<Node, ApiError> {
+        self.nodes.get(name).cloned().ok_or_else(|| ApiError::not_found("nodes", name))
+    }
+
+    /// Every Node, by name.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.values()
+    }
+
+    /// Prepares a create or update of a Node (validated by the caller): nothing
+    /// changes until [`Registry::commit`].
+    pub fn prepare_node(&mut self, mut node: Node, stamp: &Stamp) -> Result<Prepared, ApiError> {
+        self.settle();
+        if node.metadata.name.is_empty() {
+            return Err(ApiError::required("Node", "", "metadata.name"));
+        }
+        node.normalize();
+        node.kind = Some("Node".into());
+        node.api_version = Some("v1".into());
+        let old = self.nodes.get(node.name());
+        let action = meta::stamp(&mut node.metadata, old.map(|o| &o.metadata), stamp);
+        if old == Some(&node) {
+            return Ok(self.prepared(Action::Unchanged, None, Object::Node(node), Taken::default()));
+        }
+        node.metadata.resource_version = Some(self.next_rv());
+        Ok(self.prepared(action, Some(write::Change::PutNode), Object::Node(node), Taken::default()))
+    }
+
+    /// Creates or updates a Node now (prepare and commit in one step; tests).
+    pub fn apply_node(&mut self, node: Node, stamp: &Stamp) -> Result<(Action, Node), ApiError> {
+        let p = self.prepare_node(node, stamp)?;
+        let action = p.action();
+        match self.commit(p) {
+            Object::Node(n) => Ok((action, n)),
+            _ => Err(ApiError::internal("a Node apply committed another kind")),
+        }
     }
 
     // ---- Services ----
@@ -439,7 +544,7 @@ impl Registry {
         let p = self.prepare_delete_service(ns, name)?;
         match self.commit(p) {
             Object::Service(s) => Ok(s),
-            Object::Endpoints(_) => Err(ApiError::internal("a Service delete committed an endpoints object")),
+            _ => Err(ApiError::internal("a Service delete committed another kind")),
         }
     }
 
@@ -450,7 +555,7 @@ impl Registry {
         let action = p.action();
         match self.commit(p) {
             Object::Service(s) => Ok((action, s)),
-            Object::Endpoints(_) => Err(ApiError::internal("a Service apply committed an endpoints object")),
+            _ => Err(ApiError::internal("a Service apply committed another kind")),
         }
     }
 
@@ -559,7 +664,7 @@ impl Registry {
         let action = p.action();
         match self.commit(p) {
             Object::Endpoints(e) => Ok((action, e)),
-            Object::Service(_) => Err(ApiError::internal("an endpoints apply committed a Service")),
+            _ => Err(ApiError::internal("an endpoints apply committed another kind")),
         }
     }
 
@@ -647,7 +752,7 @@ impl Registry {
         let p = self.prepare_delete_endpoints(kind, ns, name)?;
         match self.commit(p) {
             Object::Endpoints(e) => Ok(e),
-            Object::Service(_) => Err(ApiError::internal("an endpoints delete committed a Service")),
+            _ => Err(ApiError::internal("an endpoints delete committed another kind")),
         }
     }
 }

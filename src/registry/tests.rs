@@ -1337,3 +1337,34 @@ fn a_service_without_a_name_reads_like_the_api_server() {
     let e = r.apply_service(svc(json!({"spec": {"ports": [{"port": 80}]}})), &stamp()).unwrap_err();
     assert_eq!(e.message, "Service \"\" is invalid: metadata.name: Required value: name or generateName is required");
 }
+
+fn node(v: serde_json::Value) -> crate::model::Node {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn nodes_apply_get_list_delete_and_survive_a_reconfigure() {
+    let mut r = reg();
+    let n = node(json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": "n1"},
+        "spec": {"podCIDR": "10.244.1.0/24"}, "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.2"}]}}));
+    let (a, stored) = r.apply_node(n.clone(), &stamp()).unwrap();
+    assert_eq!(a, Action::Created);
+    assert_eq!(stored.spec.pod_cidrs, ["10.244.1.0/24"], "podCIDRs is filled from the legacy field");
+    assert_eq!(stored.metadata.namespace, None, "cluster-scoped");
+    assert_eq!(stored.metadata.resource_version.as_deref(), Some("1"));
+    assert_eq!(r.apply_node(n.clone(), &stamp()).unwrap().0, Action::Unchanged);
+    let mut moved = n.clone();
+    moved.status.addresses[0].address = "198.18.0.3".into();
+    assert_eq!(r.apply_node(moved, &stamp()).unwrap().0, Action::Configured);
+    assert_eq!(r.get_node("n1").unwrap().internal_ips(), ["198.18.0.3".parse::<IpAddr>().unwrap()]);
+    let r2 = r.reconfigure(range(), &dual()).unwrap();
+    assert_eq!(r2.nodes().count(), 1);
+    let p = r.prepare_delete_node("n1").unwrap();
+    assert!(p.is_delete());
+    r.commit(p);
+    assert_eq!(r.node_count(), 0);
+    assert_eq!(r.get_node("n1").unwrap_err().reason, Reason::NotFound);
+    assert_eq!(r.prepare_delete_node("n1").unwrap_err().reason, Reason::NotFound);
+    // Nodes hold no allocations.
+    assert_eq!(r.usage(), reg().usage());
+}

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use super::{Action, EndpointsKind, Held, Key, Registry, Taken};
-use crate::model::{ApiError, EndpointsObject, Service};
+use crate::model::{ApiError, EndpointsObject, Node, Service};
 
 /// Reservations of dropped prepared changes, waiting to be released.
 pub(super) type Returns = Rc<RefCell<Vec<Taken>>>;
@@ -22,12 +22,14 @@ pub(super) type Returns = Rc<RefCell<Vec<Taken>>>;
 pub enum Object {
     Service(Service),
     Endpoints(EndpointsObject),
+    Node(Node),
 }
 
 impl Object {
-    /// (namespace, name)
+    /// (namespace, name); a Node's namespace is "" (cluster-scoped).
     pub fn key(&self) -> (&str, &str) {
         match self {
+            Object::Node(n) => ("", n.name()),
             Object::Service(s) => (s.namespace(), s.name()),
             Object::Endpoints(EndpointsObject::Endpoints(e)) => (e.metadata.ns(), &e.metadata.name),
             Object::Endpoints(EndpointsObject::Slice(e)) => (e.metadata.ns(), &e.metadata.name),
@@ -42,6 +44,8 @@ pub(super) enum Change {
     DeleteService { key: Key },
     PutEndpoints,
     DeleteEndpoints { kind: EndpointsKind, key: Key },
+    PutNode,
+    DeleteNode { name: String },
 }
 
 /// A change computed and reserved, not yet applied. Commit it with
@@ -68,7 +72,10 @@ impl Prepared {
     }
 
     pub fn is_delete(&self) -> bool {
-        matches!(self.change, Some(Change::DeleteService { .. } | Change::DeleteEndpoints { .. }))
+        matches!(
+            self.change,
+            Some(Change::DeleteService { .. } | Change::DeleteEndpoints { .. } | Change::DeleteNode { .. })
+        )
     }
 
     /// The object to persist (or, for a delete, the one removed).
@@ -131,8 +138,16 @@ impl Registry {
                     self.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e.clone());
                 }
                 Object::Endpoints(EndpointsObject::Slice(e)) => self.put_slice(e.clone()),
-                Object::Service(_) => {}
+                Object::Service(_) | Object::Node(_) => {}
             },
+            Some(Change::PutNode) => {
+                if let Object::Node(n) = &p.object {
+                    self.nodes.insert(n.name().to_string(), n.clone());
+                }
+            }
+            Some(Change::DeleteNode { name }) => {
+                self.nodes.remove(&name);
+            }
             Some(Change::DeleteEndpoints { kind, key }) => match kind {
                 EndpointsKind::Endpoints => {
                     self.endpoints.remove(&key);
@@ -156,6 +171,14 @@ impl Registry {
             Object::Service(svc),
             Taken::default(),
         ))
+    }
+
+    /// Prepares the deletion of a Node.
+    pub fn prepare_delete_node(&mut self, name: &str) -> Result<Prepared, ApiError> {
+        self.settle();
+        let node = self.get_node(name)?;
+        let change = Change::DeleteNode { name: name.to_string() };
+        Ok(self.prepared(Action::Configured, Some(change), Object::Node(node), Taken::default()))
     }
 
     /// Prepares the deletion of an Endpoints or EndpointSlice.

@@ -21,15 +21,29 @@ pub enum Kind {
     Service,
     Endpoints,
     EndpointSlice,
+    /// Cluster-scoped: stored under `nodes/cluster/`, read back with namespace "".
+    Node,
 }
 
+/// The directory that stands for the namespace of cluster-scoped objects.
+const CLUSTER_SCOPED: &str = "cluster";
+
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Service, Kind::Endpoints, Kind::EndpointSlice];
-    fn dir(self) -> &'static str {
+    pub const ALL: [Kind; 4] = [Kind::Service, Kind::Endpoints, Kind::EndpointSlice, Kind::Node];
+    pub fn dir(self) -> &'static str {
         match self {
             Kind::Service => "services",
             Kind::Endpoints => "endpoints",
             Kind::EndpointSlice => "endpointslices",
+            Kind::Node => "nodes",
+        }
+    }
+    /// The directory of a namespace (of [`CLUSTER_SCOPED`] for a Node).
+    pub fn ns_dir(self, namespace: &str) -> &str {
+        if self == Kind::Node {
+            CLUSTER_SCOPED
+        } else {
+            namespace
         }
     }
 }
@@ -219,7 +233,7 @@ impl Store {
             let mut namespaces: Vec<PathBuf> = read_dir_sorted(&kdir)?;
             namespaces.retain(|p| p.is_dir());
             for nsdir in namespaces {
-                let namespace = file_name(&nsdir);
+                let namespace = if kind == Kind::Node { String::new() } else { file_name(&nsdir) };
                 for file in read_dir_sorted(&nsdir)? {
                     let fname = file_name(&file);
                     if fname.starts_with('.') && fname.ends_with(".tmp") {
@@ -237,10 +251,10 @@ impl Store {
     }
 
     fn path(&self, kind: Kind, namespace: &str, name: &str) -> Result<(PathBuf, PathBuf), StoreError> {
-        if !safe_component(namespace) || !safe_component(name) {
+        if !safe_component(kind.ns_dir(namespace)) || !safe_component(name) {
             return Err(StoreError(format!("refusing to store {namespace:?}/{name:?}: not a valid object name")));
         }
-        let dir = self.root.join(kind.dir()).join(namespace);
+        let dir = self.root.join(kind.dir()).join(kind.ns_dir(namespace));
         let file = dir.join(format!("{name}.json"));
         Ok((dir, file))
     }

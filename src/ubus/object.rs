@@ -25,6 +25,7 @@ pub struct Spec {
 
 const NS_NAME: &[(&str, u8)] = &[("namespace", ty::STRING), ("name", ty::STRING)];
 const NS_NAME_KIND: &[(&str, u8)] = &[("namespace", ty::STRING), ("name", ty::STRING), ("kind", ty::STRING)];
+const NAME: &[(&str, u8)] = &[("name", ty::STRING)];
 const OBJ: &[(&str, u8)] = &[("object", ty::TABLE)];
 
 pub const METHODS: &[Spec] = &[
@@ -37,6 +38,10 @@ pub const METHODS: &[Spec] = &[
     Spec { ubus: "endpoints_get", rpc: "endpoints.get", args: NS_NAME_KIND },
     Spec { ubus: "endpoints_list", rpc: "endpoints.list", args: &[("namespace", ty::STRING), ("kind", ty::STRING)] },
     Spec { ubus: "endpoints_delete", rpc: "endpoints.delete", args: NS_NAME_KIND },
+    Spec { ubus: "node_apply", rpc: "node.apply", args: OBJ },
+    Spec { ubus: "node_get", rpc: "node.get", args: NAME },
+    Spec { ubus: "node_list", rpc: "node.list", args: &[] },
+    Spec { ubus: "node_delete", rpc: "node.delete", args: NAME },
 ];
 
 /// The signature ADD_OBJECT carries (what `ubus -v list nodeportd` shows).
@@ -200,7 +205,11 @@ mod tests {
                 "endpoints_apply",
                 "endpoints_get",
                 "endpoints_list",
-                "endpoints_delete"
+                "endpoints_delete",
+                "node_apply",
+                "node_get",
+                "node_list",
+                "node_delete"
             ]
         );
         for m in METHODS {

@@ -7,9 +7,13 @@
 //! programmed over netlink by the sync engine, and against the daemon programming the
 //! router from objects applied with `nodeportctl apply -f`.
 
+#[cfg(feature = "cluster")]
+#[path = "../standin/apiserver.rs"]
+mod apiserver;
 #[path = "../nft_common/listing.rs"]
 mod listing;
 mod objects;
+mod pod_routes;
 mod scenarios;
 mod topo;
 
@@ -307,4 +311,97 @@ fn daemon_carries_traffic() {
     t.terminate(restarted, Duration::from_secs(5));
     scenarios::nodeport_works(&t);
     eprintln!("ok: rules stay and carry traffic after the daemon stopped");
+}
+
+/// Whether a NodePort on the router answers the client (one try, short timeout).
+#[cfg(feature = "cluster")]
+fn answers(t: &Topo, port: u16) -> bool {
+    t.probe("cl", "tcp", "198.18.1.1", port, 1, 0.3).first().is_some_and(|l| l.starts_with('b'))
+}
+
+/// Cluster mode end to end: Services and EndpointSlices created on a stand-in API server
+/// (TLS, in the router's namespace) carry real traffic through the daemon's table, and
+/// stop answering once deleted there. Needs `--features cluster`; tests/netns/run.sh runs it.
+#[cfg(feature = "cluster")]
+#[test]
+#[ignore = "run by tests/netns/run.sh"]
+fn cluster_mode_carries_traffic() {
+    use apiserver::{service, slice, ApiServer, Res};
+    use std::os::unix::fs::PermissionsExt;
+    if !topo::available() {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_nodeportd");
+    let mut t = Topo::new("k");
+    t.start_backends(&["8080"]);
+    let api = ApiServer::start_in(Some(&std::path::Path::new("/var/run/netns").join(t.ns("rt"))), Some("tok"));
+    api.put(Res::Services, service("default", "web", "198.19.0.10", 80, Some(30080)));
+    api.put(Res::Slices, slice("default", "web", &["198.18.2.11", "198.18.2.12"], true));
+
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "tok").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("nodeportd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "node_name = \"{NODE_NAME}\"\nservice_cluster_ip_ranges = [\"198.19.0.0/16\"]\nubus = \"off\"\n\n\
+             [cluster]\nserver = \"{}\"\nca_file = \"{}\"\ntoken_file = \"{}\"\n",
+            api.url(),
+            apiserver::fixture("ca.crt").display(),
+            token.display()
+        ),
+    )
+    .unwrap();
+    let (socket, state) =
+        (dir.path().join("sock").display().to_string(), dir.path().join("state").display().to_string());
+    let config = config.display().to_string();
+    t.spawn("rt", bin, &["--config", &config, "--socket", &socket, "--state-dir", &state, "--log", "stderr"]);
+    wait_for(&t, "rt", "the daemon's socket", &format!("test -S {socket}"), Duration::from_secs(10));
+
+    let deadline = |what: &str, limit: Duration, cond: &dyn Fn() -> bool| -> Duration {
+        let start = Instant::now();
+        while !cond() {
+            assert!(start.elapsed() < limit, "{what}: not within {limit:?}\n{}", t.debug());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        start.elapsed()
+    };
+    let took = deadline("the listed Service answering", Duration::from_secs(10), &|| answers(&t, 30080));
+    eprintln!("ok: the Service listed from the API server answers on NodePort 30080 ({took:?} after the socket)");
+    let backends: std::collections::BTreeSet<String> = t
+        .probe("cl", "tcp", "198.18.1.1", 30080, 12, 1.0)
+        .iter()
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(backends, ["b1".to_string(), "b2".to_string()].into(), "both endpoints of the slice serve");
+
+    // Created in the cluster while watching: traffic within a second is the goal; checked
+    // at 10 s to stay robust on a loaded machine (each probe starts a python client in a
+    // namespace, which alone can take most of a second there). The time is printed.
+    api.put(Res::Services, service("default", "api", "198.19.0.11", 80, Some(30081)));
+    api.put(Res::Slices, slice("default", "api", &["198.18.2.12"], true));
+    let took = deadline("a Service created in the cluster answering", Duration::from_secs(10), &|| answers(&t, 30081));
+    eprintln!("ok: a Service created on the API server carries traffic {took:?} later");
+
+    // Scaled in the cluster: the slice loses an endpoint, the kernel follows.
+    api.put(Res::Slices, slice("default", "web", &["198.18.2.11"], true));
+    deadline("web scaled to one endpoint", Duration::from_secs(10), &|| {
+        t.probe("cl", "tcp", "198.18.1.1", 30080, 6, 1.0).iter().all(|l| l.starts_with("b1"))
+    });
+    eprintln!("ok: an endpoint removed in the cluster stops getting traffic");
+
+    // Deleted in the cluster: stops answering.
+    api.delete(Res::Services, "default", "api");
+    api.delete(Res::Slices, "default", "api-abcde");
+    let took = deadline("a deleted Service going quiet", Duration::from_secs(10), &|| !answers(&t, 30081));
+    eprintln!("ok: a Service deleted on the API server stops answering {took:?} later");
+    assert!(answers(&t, 30080), "the other Service still answers");
+
+    // The API server goes away: what is mirrored keeps carrying traffic.
+    api.with(|w| w.down = true);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(answers(&t, 30080), "traffic stopped while the API server was down");
+    eprintln!("ok: traffic continues while the API server is unreachable");
 }

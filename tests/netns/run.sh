@@ -44,4 +44,8 @@ trap cleanup EXIT INT TERM
 
 cargo build --quiet --bins
 cargo test --quiet --test netns -- --include-ignored --test-threads=1 --nocapture "$@"
+# Cluster mode (issue 16): the same kernel path fed by a stand-in API server.
+if [ $# -eq 0 ] || [ "$1" = cluster_mode_carries_traffic ]; then
+	cargo test --quiet --features cluster --test netns -- --include-ignored --nocapture cluster_mode_carries_traffic
+fi
 echo "tests/netns/run.sh: all end-to-end tests passed"

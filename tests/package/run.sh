@@ -393,8 +393,8 @@ done
 check "shellcheck on every shell file" shellcheck -x -e SC1090,SC1091,SC2086,SC2068 "${router_sh[@]}" \
 	"$pkg/build-ipk.sh" "$pkg/release-tarball.sh" "$here/run.sh" "$here/release-tarball.sh" "$root/cross/targets.sh"
 check "the ACL is JSON with a read and a write group" jq -e '
-	(.["nodeportd-read"].read.ubus.nodeportd | sort) == (["endpoints_get","endpoints_list","service_get","service_list","status"])
-	and (.["nodeportd-write"].write.ubus.nodeportd | sort) == (["endpoints_apply","endpoints_delete","service_apply","service_delete"])
+	(.["nodeportd-read"].read.ubus.nodeportd | sort) == (["endpoints_get","endpoints_list","node_get","node_list","service_get","service_list","status"])
+	and (.["nodeportd-write"].write.ubus.nodeportd | sort) == (["endpoints_apply","endpoints_delete","node_apply","node_delete","service_apply","service_delete"])
 	and (.["nodeportd-read"] | has("write") | not) and (.["nodeportd-write"] | has("read") | not)' "$files/nodeportd.acl.json"
 
 # --- fw4 includes ----------------------------------------------------------------------
