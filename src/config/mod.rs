@@ -61,7 +61,34 @@ pub struct RawConfig {
     pub cluster: Option<RawCluster>,
 }
 
+/// A `[cluster]` table in a build without cluster mode: noticed (and refused by
+/// [`Config::from_raw`]), not read, so the base build carries no decoder for it.
+#[cfg(not(feature = "cluster"))]
+#[derive(Debug, Clone, Default)]
+pub struct RawCluster;
+
+#[cfg(not(feature = "cluster"))]
+impl<'de> Deserialize<'de> for RawCluster {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| RawCluster)
+    }
+}
+
+#[cfg(not(feature = "cluster"))]
+impl Serialize for RawCluster {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        s.serialize_map(Some(0))?.end()
+    }
+}
+
+/// What a base build says about a `[cluster]` table.
+#[cfg(not(feature = "cluster"))]
+pub const NO_CLUSTER_MODE: &str =
+    "cluster: this build has no cluster mode (install the nodeportd-cluster package, or build with --features cluster)";
+
 /// `[cluster]`: the API server to mirror (docs/cluster.md).
+#[cfg(feature = "cluster")]
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
@@ -101,6 +128,7 @@ pub struct ClusterConfig {
     pub request_timeout_seconds: u32,
 }
 
+#[cfg(feature = "cluster")]
 impl ClusterConfig {
     pub fn from_raw(raw: RawCluster) -> Result<ClusterConfig, ConfigError> {
         let server = raw.server.ok_or_else(|| ConfigError("cluster.server: Required value".into()))?;
@@ -469,14 +497,28 @@ impl Config {
             idle_timeout_seconds: int_as("idle_timeout_seconds", raw.idle_timeout_seconds, 300, 1, 86400)?,
             resync_interval_seconds: int_as("resync_interval_seconds", raw.resync_interval_seconds, 300, 5, 86400)?,
             ubus,
+            #[cfg(feature = "cluster")]
             cluster: raw.cluster.map(ClusterConfig::from_raw).transpose()?,
+            #[cfg(not(feature = "cluster"))]
+            cluster: match raw.cluster {
+                Some(RawCluster) => return Err(ConfigError(NO_CLUSTER_MODE.into())),
+                None => None,
+            },
             pod_routes: raw.pod_routes.unwrap_or(false),
         })
     }
 
     /// Parse TOML text.
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError(toml_error(&e)))?;
+        // Text to a table, then the table to the config: the same decoder as UCI's
+        // (one instance of RawConfig's decoder in the binary, not two).
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError(toml_error(&e)))?;
+        Config::from_table(table)
+    }
+
+    /// A TOML table (from TOML text or from UCI) to the config.
+    fn from_table(table: toml::Table) -> Result<Config, ConfigError> {
+        let raw: RawConfig = table.try_into().map_err(|e: toml::de::Error| ConfigError(toml_error(&e)))?;
         Config::from_raw(raw)
     }
 
@@ -486,9 +528,7 @@ impl Config {
         let in_context = |e: ConfigError| ConfigError(format!("{}: {e}", path.display()));
         if uci::looks_like_uci(path, &text) {
             let table = uci::uci_to_toml(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
-            let raw: RawConfig =
-                table.try_into().map_err(|e: toml::de::Error| in_context(ConfigError(toml_error(&e))))?;
-            Config::from_raw(raw).map_err(in_context)
+            Config::from_table(table).map_err(in_context)
         } else {
             Config::from_toml(&text).map_err(in_context)
         }
@@ -535,7 +575,10 @@ impl Config {
             idle_timeout_seconds: i64::try_from(self.idle_timeout_seconds).ok(),
             resync_interval_seconds: i64::try_from(self.resync_interval_seconds).ok(),
             ubus: Some(self.ubus.to_string()),
+            #[cfg(feature = "cluster")]
             cluster: self.cluster.as_ref().map(ClusterConfig::to_raw),
+            #[cfg(not(feature = "cluster"))]
+            cluster: None,
             pod_routes: Some(self.pod_routes),
         };
         toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
@@ -653,6 +696,15 @@ mod tests {
         assert_eq!(again.nodeport_addresses, c.nodeport_addresses);
     }
 
+    #[cfg(not(feature = "cluster"))]
+    #[test]
+    fn a_base_build_refuses_a_cluster_table_by_name() {
+        let e = Config::from_toml("node_name = \"edge-1\"\n[cluster]\nserver = \"https://k8s\"\n").unwrap_err();
+        assert_eq!(e.0, NO_CLUSTER_MODE);
+        assert_eq!(Config::from_toml("node_name = \"edge-1\"\n").unwrap().cluster, None);
+    }
+
+    #[cfg(feature = "cluster")]
     #[test]
     fn cluster_table_is_validated_and_round_trips() {
         let c = Config::from_toml(
@@ -672,6 +724,7 @@ mod tests {
         assert_eq!(Config::default().cluster, None);
     }
 
+    #[cfg(feature = "cluster")]
     #[test]
     fn bad_cluster_tables_name_the_key() {
         let base = "server = \"https://k8s\"\nca_file = \"/ca\"\n";

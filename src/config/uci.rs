@@ -558,6 +558,7 @@ config init 'init'
         assert!(!looks_like_uci(Path::new("/tmp/x"), "configuration = 1\n"));
     }
 
+    #[cfg(feature = "cluster")]
     #[test]
     fn the_cluster_section_becomes_the_cluster_table() {
         let c = config(

@@ -114,7 +114,8 @@ fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decod
                     .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             )),
             Kind::Node => nodes.push(
-                serde_json::from_value::<Node>(o.object).map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+                crate::model::parse::decode::<Node>(o.object)
+                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
             ),
         }
     }
@@ -165,10 +166,6 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         Some(g) => Some(api::peer::lookup_group(g).ok_or_else(|| format!("socket_group: unknown group {g:?}"))?),
         None => None,
     };
-    #[cfg(not(feature = "cluster"))]
-    if cfg.cluster.is_some() {
-        return Err("cluster: this build has no cluster mode (install the nodeportd-cluster package, or build with --features cluster)".into());
-    }
     // Credentials are checked before anything starts: a bad CA or a key others can read stops here.
     #[cfg(feature = "cluster")]
     let cluster = match &cfg.cluster {

@@ -41,6 +41,18 @@ pub fn status(st: &State) -> Value {
         "problems": st.registry.problems(),
         "store": { "stateDir": st.cfg.state_dir.display().to_string(), "writes": st.store.writes(), "batches": st.store.batches() },
         "uptimeSeconds": st.started.elapsed().as_secs(),
-        "cluster": st.cluster.as_ref().map(|c| c.json(&st.registry)),
+        "cluster": cluster(st),
     })
+}
+
+/// `status.cluster`: the connection to the API server, `null` when not following one.
+#[cfg(feature = "cluster")]
+fn cluster(st: &State) -> Value {
+    st.cluster.as_ref().map_or(Value::Null, |c| c.json(&st.registry))
+}
+
+/// A build without cluster mode never follows an API server.
+#[cfg(not(feature = "cluster"))]
+fn cluster(_: &State) -> Value {
+    Value::Null
 }
