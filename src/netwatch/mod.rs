@@ -47,7 +47,7 @@ const GROUPS: [MulticastGroup; 5] = [
 
 /// rtnetlink's own Display prints an unexpected message with `{:?}`, which links the Debug
 /// code of every rtnetlink message type (~120 KB on mipsel). Only its kind is worth a log line.
-fn nl_err(what: &str, e: rtnetlink::Error) -> io::Error {
+pub(crate) fn nl_err(what: &str, e: rtnetlink::Error) -> io::Error {
     match e {
         rtnetlink::Error::NetlinkError(m) => {
             io::Error::new(m.to_io().kind(), format!("rtnetlink {what}: {}", m.to_io()))

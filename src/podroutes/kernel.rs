@@ -13,9 +13,7 @@ use rtnetlink::{Handle, RouteMessageBuilder};
 
 use super::{Changes, KernelRoute, Wanted, RTPROT_NODEPORTD};
 
-fn nl_err(what: &str, e: rtnetlink::Error) -> io::Error {
-    io::Error::other(format!("rtnetlink {what}: {e}"))
-}
+use crate::netwatch::nl_err;
 
 fn addr_of(a: &RouteAddress) -> Option<std::net::IpAddr> {
     match a {
@@ -67,8 +65,10 @@ pub async fn dump(handle: &Handle, cidrs: &BTreeSet<IpNet>) -> io::Result<Vec<Ke
     Ok(out)
 }
 
-fn bad(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
+/// The route builder's only error: a destination and a gateway of different families
+/// (the plan never makes one). Its Display would link netlink's Debug code.
+fn bad<E>(_: E) -> io::Error {
+    io::Error::other("the destination and the gateway are of different address families")
 }
 
 fn message(w: &Wanted) -> io::Result<RouteMessage> {
@@ -106,7 +106,7 @@ pub async fn apply(handle: &Handle, changes: &Changes) -> (Vec<(Wanted, String)>
     let mut errors = Vec::new();
     for r in &changes.delete {
         let res = match delete_message(r) {
-            Ok(m) => handle.route().del(m).execute().await.map_err(|e| e.to_string()),
+            Ok(m) => handle.route().del(m).execute().await.map_err(|e| nl_err("delete", e).to_string()),
             Err(e) => Err(e.to_string()),
         };
         match res {
@@ -119,7 +119,7 @@ pub async fn apply(handle: &Handle, changes: &Changes) -> (Vec<(Wanted, String)>
             Ok(m) => {
                 let req = handle.route().add(m);
                 let req = if replace { req.replace() } else { req };
-                req.execute().await.map_err(|e| e.to_string())
+                req.execute().await.map_err(|e| nl_err("add", e).to_string())
             }
             Err(e) => Err(e.to_string()),
         };
