@@ -172,6 +172,19 @@ need_s390x_gcc() {
     apt_install gcc-s390x-linux-gnu libc6-dev-s390x-cross
 }
 
+# A C compiler for TRIPLE (zig cc behind cargo-zigbuild's filter of clang-only flags such as
+# --target=), for crates that compile C where the link is rust-lld's (stable targets).
+zig_cc_wrapper() {
+    local dir="${CARGO_TARGET_DIR:-$ROOT/target}/zigcc" w zt
+    zt=$(printf '%s' "$1" | sed 's/-unknown-/-/')
+    w="$dir/cc-$1.sh"
+    mkdir -p "$dir"
+    printf '#!/bin/sh\nCARGO_ZIGBUILD_ZIG_COMMAND=%s CARGO_ZIGBUILD_ZIG_COMMAND_ARGS="-m ziglang" exec %s zig cc -- -target %s "$@"\n' \
+        "$CARGO_ZIGBUILD_PYTHON_PATH" "$ZIGBUILD" "$zt" >"$w"
+    chmod 0755 "$w"
+    echo "$w"
+}
+
 objcopy_bin() { echo "$(rustc +"$STABLE" --print sysroot)/lib/rustlib/$(rustc +"$STABLE" -vV | sed -n 's/^host: //p')/bin/llvm-objcopy"; }
 
 # Cargo features for a triple: x86_64 (the desktop/VM build) gets YAML input if the crate
@@ -251,8 +264,18 @@ build_one() {
         stable)
             need_stable_target "$triple"
             flags="-C target-feature=+crt-static -C link-self-contained=yes $SIZE_FLAGS"
+            local ccenv=()
+            case ",$features," in
+                *,cluster,*)
+                    # ring (the cluster feature's TLS) compiles C and assembly: zig's clang,
+                    # through cargo-zigbuild's argument filter, and llvm-ar.
+                    need_zig
+                    ccenv=("CC_$(printf '%s' "$triple" | tr '-' '_')=$(zig_cc_wrapper "$triple")"
+                        "AR_$(printf '%s' "$triple" | tr '-' '_')=$(dirname "$(objcopy_bin)")/llvm-ar")
+                    ;;
+            esac
             log "$triple: cargo +$STABLE build, rust-lld (RUSTFLAGS: $flags)"
-            env "CARGO_TARGET_${envp}_LINKER=rust-lld" "CARGO_TARGET_${envp}_RUSTFLAGS=$flags" \
+            env "${ccenv[@]}" "CARGO_TARGET_${envp}_LINKER=rust-lld" "CARGO_TARGET_${envp}_RUSTFLAGS=$flags" \
                 cargo "+$STABLE" "${cargo_args[@]}" >&2
             ;;
         gnucross)

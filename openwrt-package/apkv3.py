@@ -202,19 +202,25 @@ def block(btype, payload):
 def dependency_array(w, text):
     deps = []
     for word in text.replace(",", " ").split():
-        name = word
-        for op in ("<=", ">=", "<", ">", "=", "~"):
-            if op in word:
-                raise FormatError(f"depends: versioned dependency '{word}' is not supported")
+        # NAME or NAME=VERSION (what package-pack.mk's provides holds: apk writes the
+        # version and no match field for "=").
+        name, eq, version = word.partition("=")
+        for op in ("<", ">", "=", "~"):
+            if op in name or op in version:
+                raise FormatError(f"depends: versioned dependency '{word}' is not supported (only NAME=VERSION)")
+        if eq and (not version or any(c not in NAME_CHARS for c in version)):
+            raise FormatError(f"depends: invalid version in '{word}'")
         if name.startswith("!") or not name or any(c not in NAME_CHARS for c in name):
             raise FormatError(f"depends: invalid package name '{word}'")
-        deps.append(name)
+        deps.append((name, version))
     # Written in the given order, then sorted by name with repeats dropped
     # (apk's dependency array keeps itself sorted and unique).
     vals = {}
-    for d in deps:
-        v = w.obj({1: w.blob(d)})
-        vals.setdefault(d, v)
+    for name, version in deps:
+        fields = {1: w.blob(name)}
+        if version:
+            fields[2] = w.blob(version)
+        vals.setdefault(name, w.obj(fields))
     return w.arr([vals[d] for d in sorted(vals, key=str.encode)])
 
 

@@ -13,6 +13,11 @@
 #   dist/apk/ARCH/nodeportd-VERSION-rRELEASE.apk   (apk names carry no arch:
 #                                                   OpenWrt keeps one directory per arch)
 #
+# NODEPORTD_VARIANT=cluster packs the cluster-mode build (`NODEPORTD_FEATURES=cluster
+# cross/build.sh`, binaries at dist/cluster/TRIPLE/nodeportd) as the package
+# nodeportd-cluster, which provides and conflicts with nodeportd (docs/cluster.md):
+#   dist/ipk/nodeportd-cluster_VERSION-RELEASE_ARCH.ipk, dist/apk/ARCH/nodeportd-cluster-VERSION-rRELEASE.apk
+#
 # The file list is not repeated here: the install section of the feed Makefile
 # (openwrt-package/nodeportd/Makefile) is executed with the meaning the OpenWrt
 # buildroot gives its $(INSTALL_*) and $(LN) macros, so the packages hold exactly
@@ -168,8 +173,8 @@ stage_tree() {
 	done < <(mk_define Package/nodeportd/conffiles)
 	if [ -n "$keep" ]; then
 		install -d -m0755 "$data/lib" "$data/lib/upgrade" "$data/lib/upgrade/keep.d"
-		printf '%s' "$keep" >"$data/lib/upgrade/keep.d/nodeportd"
-		chmod 0644 "$data/lib/upgrade/keep.d/nodeportd"
+		printf '%s' "$keep" >"$data/lib/upgrade/keep.d/$pkg"
+		chmod 0644 "$data/lib/upgrade/keep.d/$pkg"
 	fi
 }
 
@@ -199,9 +204,11 @@ build_ipk() {
 	gzip -9n <"$work/data.tar" >"$work/data.tar.gz"
 
 	{
-		echo "Package: nodeportd"
+		echo "Package: $pkg"
 		echo "Version: $ipk_version"
 		echo "Depends: $(depends_list | paste -sd, - | sed 's/,/, /g')"
+		[ -z "$variant_conflicts" ] || echo "Conflicts: $variant_conflicts"
+		[ -z "$variant_provides" ] || echo "Provides: $variant_provides"
 		echo "Source: $source"
 		echo "SourceName: nodeportd"
 		echo "License: $(mk_var PKG_LICENSE)"
@@ -213,7 +220,10 @@ build_ipk() {
 		echo "Architecture: $arch"
 		echo "Installed-Size: $size"
 		printf 'Description: '
-		mk_define Package/nodeportd/description | sed -e 's/^[[:space:]]*/ /' -e '1s/^ //'
+		{
+			mk_define Package/nodeportd/description
+			[ -z "$variant_description" ] || echo "  $variant_description"
+		} | sed -e 's/^[[:space:]]*/ /' -e '1s/^ //'
 	} >"$ctrl/control"
 	chmod 0644 "$ctrl/control"
 
@@ -246,7 +256,7 @@ EOS
 	tar_det -C "$ctrl" -cf - . | gzip -9n >"$work/control.tar.gz"
 	printf '2.0\n' >"$work/debian-binary"
 
-	file="$out/nodeportd_${ipk_version}_${arch}.ipk"
+	file="$out/${pkg}_${ipk_version}_${arch}.ipk"
 	tar_det -C "$work" -cf - ./debian-binary ./data.tar.gz ./control.tar.gz | gzip -9n >"$file.tmp"
 	mv "$file.tmp" "$file"
 	echo "$file"
@@ -268,19 +278,19 @@ build_apk() {
 	install -d -m0755 "$data/lib" "$data/lib/apk" "$apkdb"
 
 	# Every file and link, before the .list itself and the conffiles are added.
-	(cd "$data" && find . \( -type f -o -type l \) | sed 's|^\.||' | LC_ALL=C sort) >"$work/nodeportd.list"
-	install -m0644 "$work/nodeportd.list" "$apkdb/nodeportd.list"
+	(cd "$data" && find . \( -type f -o -type l \) | sed 's|^\.||' | LC_ALL=C sort) >"$work/$pkg.list"
+	install -m0644 "$work/$pkg.list" "$apkdb/$pkg.list"
 	# apk has no conffiles: /etc is protected instead. The list is what
 	# default_postinst and sysupgrade read; .conffiles_static holds the shipped
 	# checksums, against which sysupgrade tells a changed file.
-	mk_define Package/nodeportd/conffiles >"$apkdb/nodeportd.conffiles"
-	: >"$apkdb/nodeportd.conffiles_static"
+	mk_define Package/nodeportd/conffiles >"$apkdb/$pkg.conffiles"
+	: >"$apkdb/$pkg.conffiles_static"
 	while IFS= read -r entry; do
 		[ -f "$data$entry" ] || continue
 		sum=$(sha256sum "$data$entry" | cut -d' ' -f1)
-		echo "$entry $sum" >>"$apkdb/nodeportd.conffiles_static"
-	done <"$apkdb/nodeportd.conffiles"
-	[ -s "$apkdb/nodeportd.conffiles_static" ] || rm -f "$apkdb/nodeportd.conffiles_static"
+		echo "$entry $sum" >>"$apkdb/$pkg.conffiles_static"
+	done <"$apkdb/$pkg.conffiles"
+	[ -s "$apkdb/$pkg.conffiles_static" ] || rm -f "$apkdb/$pkg.conffiles_static"
 	chmod 0644 "$apkdb"/*
 
 	{
@@ -290,10 +300,9 @@ build_apk() {
 [ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
 . ${IPKG_INSTROOT}/lib/functions.sh
 export root="${IPKG_INSTROOT}"
-export pkgname="nodeportd"
-add_group_and_user
-default_postinst
 EOS
+		echo "export pkgname=\"$pkg\""
+		printf '%s\n' add_group_and_user default_postinst
 		pkg_script postinst | sed '/^\s*#!/d' || true
 	} >"$meta/post-install"
 	{
@@ -307,29 +316,59 @@ EOS
 [ -s ${IPKG_INSTROOT}/lib/functions.sh ] || exit 0
 . ${IPKG_INSTROOT}/lib/functions.sh
 export root="${IPKG_INSTROOT}"
-export pkgname="nodeportd"
-default_prerm
 EOS
+		echo "export pkgname=\"$pkg\""
+		echo default_prerm
 		pkg_script prerm | sed '/^\s*#!/d' || true
 	} >"$meta/pre-deinstall"
 
 	mkdir -p "$apkout/$arch"
-	file="$apkout/$arch/nodeportd-$apk_version.apk"
+	file="$apkout/$arch/$pkg-$apk_version.apk"
 	python3 "$here/apkv3.py" build --files "$data" --output "$file" --mtime "$epoch" \
-		--info "name:nodeportd" \
+		--info "name:$pkg" \
 		--info "version:$apk_version" \
-		--info "description:$(description_line)" \
+		--info "description:$(description_line)${variant_description:+ $variant_description}" \
 		--info "arch:$arch" \
 		--info "license:$(mk_var PKG_LICENSE)" \
 		--info "origin:$source" \
 		--info "url:$(pkg_field URL)" \
 		--info "maintainer:$(mk_var PKG_MAINTAINER)" \
+		${variant_provides:+--info "provides:$variant_provides=$apk_version"} \
 		--script "post-install:$meta/post-install" \
 		--script "post-upgrade:$meta/post-upgrade" \
 		--script "pre-deinstall:$meta/pre-deinstall" \
 		--info "depends:$(depends_list | paste -sd' ' -)" ||
 		die "apkv3.py could not write $file"
 	echo "$file"
+}
+
+# --- the package variant (NODEPORTD_VARIANT) ---------------------------------
+# The buildroot's PROVIDES/CONFLICTS of a variant package: the .ipk gets
+# "Provides: nodeportd" and "Conflicts: nodeportd"; the .apk "provides:
+# nodeportd=VERSION" (package-pack.mk passes no conflicts to apk mkpkg: a
+# versioned provide lets only one package own the name). A build without cluster
+# mode says so in a message (src/daemon/run.rs): such a binary is refused for
+# nodeportd-cluster.
+pkg=nodeportd
+variant_provides=""
+variant_conflicts=""
+variant_description=""
+case "${NODEPORTD_VARIANT:-}" in
+"") ;;
+cluster)
+	pkg=nodeportd-cluster
+	variant_provides=nodeportd
+	variant_conflicts=nodeportd
+	variant_description="This variant also follows a Kubernetes API server (cluster mode: list and watch over HTTPS)."
+	dist="$dist/cluster"
+	;;
+*) die "NODEPORTD_VARIANT '$NODEPORTD_VARIANT' is unknown (known: cluster)" ;;
+esac
+check_build() {
+	[ "$pkg" = nodeportd-cluster ] || return 0
+	if grep -qaF "this build has no cluster mode" "$1"; then
+		die "$1 has no cluster mode: build it with NODEPORTD_FEATURES=cluster cross/build.sh"
+	fi
 }
 
 [ -f "$makefile" ] || die "missing $makefile"
@@ -385,6 +424,7 @@ for t in "${triples[@]}"; do
 	bin="$dist/$t/nodeportd"
 	[ -f "$bin" ] || die "missing $bin (run cross/build.sh $(np_short "$t") first)"
 	check_elf "$bin" "$t"
+	check_build "$bin"
 	for arch in $(np_archs "$t"); do
 		build_ipk "$arch" "$bin"
 		build_apk "$arch" "$bin"

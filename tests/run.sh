@@ -61,6 +61,9 @@ tests/package/run.sh
 tests/package/release-tarball.sh
 # After tests/package/run.sh, which rebuilds dist/ipk from scratch.
 openwrt-package/build-luci-app.sh
+# nodeportd-cluster (NODEPORTD_VARIANT=cluster), packed in a scratch directory; binaries
+# from dist/ (dist/cluster/) or a debug cargo build.
+tests/package/cluster_variant.sh
 
 step "emulated routers (full-system QEMU)"
 # Functional checks only; the footprint benchmark is run by hand (docs/benchmarks.md).
