@@ -343,10 +343,13 @@ fn a_list_is_applied_in_one_call_with_per_object_results() {
     let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(a["spec"]["ports"][0]["port"], 81);
     assert_eq!(a["metadata"]["generation"], 2);
-    // Raw: one call, one result per object, in order.
+    // Raw: one call, one result per object, in order. `a` as nodeportctl sent it (with
+    // its applier annotation, for `apply --prune`) is unchanged.
+    let mut same_a = svc("a", 81);
+    same_a["metadata"]["annotations"] = serde_json::json!({"nodeportd.io/applied-by": "nodeportctl"});
     let mut s = UnixStream::connect(&d.socket).unwrap();
     let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply",
-        "params": {"objects": [svc("a", 81), 7, svc("d", 80)]}});
+        "params": {"objects": [same_a, 7, svc("d", 80)]}});
     s.write_all(format!("{req}\n").as_bytes()).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut text = String::new();
