@@ -51,7 +51,6 @@ mod task {
     use std::time::Duration;
 
     use futures::StreamExt;
-    use rtnetlink::MulticastGroup;
     use tokio::sync::Notify;
 
     use super::super::State;
@@ -68,13 +67,8 @@ mod task {
         tokio::task::spawn_local(run(st));
     }
 
-    const GROUPS: [MulticastGroup; 5] = [
-        MulticastGroup::Link,
-        MulticastGroup::Ipv4Ifaddr,
-        MulticastGroup::Ipv6Ifaddr,
-        MulticastGroup::Ipv4Route,
-        MulticastGroup::Ipv6Route,
-    ];
+    // The same change groups netwatch follows: links, addresses and routes.
+    use crate::netwatch::GROUPS;
 
     async fn run(st: Rc<RefCell<State>>) {
         let wake = st.borrow().pod_routes.wake.clone();

@@ -37,7 +37,7 @@ pub const MAX_DELAY: Duration = Duration::from_millis(50);
 /// After a failed dump, try again this much later.
 const RETRY: Duration = Duration::from_secs(1);
 
-const GROUPS: [MulticastGroup; 5] = [
+pub(crate) const GROUPS: [MulticastGroup; 5] = [
     MulticastGroup::Link,
     MulticastGroup::Ipv4Ifaddr,
     MulticastGroup::Ipv6Ifaddr,
