@@ -267,8 +267,11 @@ fn relist_after_gone(as_event: bool) {
     api.put(Res::Services, service("default", "new", "10.96.0.70", 80, None));
     api.compact();
     api.with(|w| w.down = false);
+    // The two streams relist independently: wait for both (the Services and the slice).
     d.wait("relisted and pruned", 15, |d| {
-        d.status()["connected"] == json!(true) && d.services() == names(&["default/new", "default/web"])
+        d.status()["connected"] == json!(true)
+            && d.services() == names(&["default/new", "default/web"])
+            && d.slice_ips("shop", "db-abcde").is_empty()
     });
     assert!(d.status()["relists"].as_u64().unwrap() >= relists + 2, "both streams relisted: {}", d.status());
     assert_eq!(d.slice_ips("shop", "db-abcde"), Vec::<String>::new(), "db's slice pruned");
