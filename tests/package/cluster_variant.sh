@@ -21,23 +21,8 @@ t=x86_64-unknown-linux-musl
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-passed=0
-failed=0
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-not_ok() {
-	failed=$((failed + 1))
-	echo "not ok - $1"
-	shift
-	[ $# -gt 0 ] && printf '    %s\n' "$@"
-}
-check() {
-	local desc=$1 out
-	shift
-	if out=$("$@" 2>&1); then ok "$desc"; else not_ok "$desc" "$out"; fi
-}
+# shellcheck source=tests/package/tap.sh
+. "$here/tap.sh"
 command -v jq >/dev/null || { echo "tests/package/cluster_variant.sh: jq is missing" >&2; exit 1; }
 
 binary() { # FEATURES DEST

@@ -16,18 +16,8 @@ script="$root/openwrt-package/release-tarball.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-passed=0
-failed=0
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-not_ok() {
-	failed=$((failed + 1))
-	echo "not ok - $1"
-	shift
-	[ $# -gt 0 ] && printf '    %s\n' "$@"
-}
+# shellcheck source=tests/package/tap.sh
+. "$here/tap.sh"
 mk_var() {
 	sed -n "s/^$1:=[[:space:]]*//p" "$makefile" | head -n 1
 }

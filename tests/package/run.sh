@@ -21,9 +21,6 @@ work=$(mktemp -d)
 daemon_pid=""
 httpd_pid=""
 
-passed=0
-failed=0
-
 cleanup() {
 	if [ -n "$daemon_pid" ]; then
 		kill "$daemon_pid" 2>/dev/null
@@ -37,28 +34,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-
-not_ok() {
-	failed=$((failed + 1))
-	echo "not ok - $1"
-	shift
-	[ $# -gt 0 ] && printf '    %s\n' "$@"
-}
-
-# check DESCRIPTION COMMAND...: one test; the command's output is shown on failure.
-check() {
-	local desc=$1 out
-	shift
-	if out=$("$@" 2>&1); then
-		ok "$desc"
-	else
-		not_ok "$desc" "$out"
-	fi
-}
+# shellcheck source=tests/package/tap.sh
+. "$here/tap.sh"
 
 need() {
 	local missing=() tool
