@@ -208,7 +208,9 @@ pub struct Attr {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AttrValue {
     Bytes(Vec<u8>),
-    Nested(Vec<Attr>),
+    /// The children and their encoded length, computed once: `emit` asks every level for
+    /// its length, so recomputing it would cost O(depth²) per attribute.
+    Nested(Vec<Attr>, usize),
 }
 
 impl Attr {
@@ -235,7 +237,8 @@ impl Attr {
         Self::bytes(kind, v)
     }
     pub fn nested(kind: u16, children: Vec<Attr>) -> Self {
-        Attr { kind, value: AttrValue::Nested(children) }
+        let len = children.as_slice().buffer_len();
+        Attr { kind, value: AttrValue::Nested(children, len) }
     }
 
     pub fn kind(&self) -> u16 {
@@ -246,14 +249,14 @@ impl Attr {
     pub fn payload(&self) -> &[u8] {
         match &self.value {
             AttrValue::Bytes(b) => b,
-            AttrValue::Nested(_) => &[],
+            AttrValue::Nested(..) => &[],
         }
     }
 
     /// The children, parsed on demand from a received leaf.
     pub fn children(&self) -> Result<Vec<Attr>, DecodeError> {
         match &self.value {
-            AttrValue::Nested(c) => Ok(c.clone()),
+            AttrValue::Nested(c, _) => Ok(c.clone()),
             AttrValue::Bytes(b) => parse_attrs(b),
         }
     }
@@ -281,19 +284,19 @@ impl Nla for Attr {
     fn value_len(&self) -> usize {
         match &self.value {
             AttrValue::Bytes(b) => b.len(),
-            AttrValue::Nested(c) => c.as_slice().buffer_len(),
+            AttrValue::Nested(_, len) => *len,
         }
     }
     fn kind(&self) -> u16 {
         match &self.value {
             AttrValue::Bytes(_) => self.kind,
-            AttrValue::Nested(_) => self.kind | NLA_F_NESTED,
+            AttrValue::Nested(..) => self.kind | NLA_F_NESTED,
         }
     }
     fn emit_value(&self, buffer: &mut [u8]) {
         match &self.value {
             AttrValue::Bytes(b) => buffer.copy_from_slice(b),
-            AttrValue::Nested(c) => c.as_slice().emit(buffer),
+            AttrValue::Nested(c, _) => c.as_slice().emit(buffer),
         }
     }
 }
