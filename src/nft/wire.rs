@@ -14,8 +14,8 @@
 //!   l4proto/nfproto bytes) are host order ([`host_u32`]).
 
 use netlink_packet_core::{
-    DecodeError, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla, NlaBuffer, NlasIterator,
-    NLA_F_NESTED, NLA_TYPE_MASK,
+    DecodeError, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
+    Nla, NlaBuffer, NlasIterator, NLA_F_NESTED, NLA_TYPE_MASK,
 };
 
 /// `NFNL_SUBSYS_NFTABLES`
@@ -215,6 +215,10 @@ impl Attr {
     pub fn bytes(kind: u16, value: impl Into<Vec<u8>>) -> Self {
         Attr { kind, value: AttrValue::Bytes(value.into()) }
     }
+    /// A big-endian u16 (ctnetlink ports and zones).
+    pub fn u16(kind: u16, value: u16) -> Self {
+        Self::bytes(kind, value.to_be_bytes().to_vec())
+    }
     /// A big-endian u32: every integer attribute nf_tables defines.
     pub fn u32(kind: u16, value: u32) -> Self {
         Self::bytes(kind, value.to_be_bytes().to_vec())
@@ -258,6 +262,12 @@ impl Attr {
         }
     }
 
+    pub fn as_u16(&self) -> Result<u16, DecodeError> {
+        let b: [u8; 2] = self.payload().try_into().map_err(|_| {
+            DecodeError::from(format!("attribute {} : expected 2 bytes, got {}", self.kind(), self.payload().len()))
+        })?;
+        Ok(u16::from_be_bytes(b))
+    }
     pub fn as_u32(&self) -> Result<u32, DecodeError> {
         let b: [u8; 4] = self.payload().try_into().map_err(|_| {
             DecodeError::from(format!("attribute {} : expected 4 bytes, got {}", self.kind(), self.payload().len()))
@@ -405,6 +415,18 @@ impl NetlinkDeserializable for NfMsg {
     }
 }
 
+/// Appends `msg` to `buf` as one netlink message (header, nfgenmsg, attributes).
+pub fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
+    let mut h = NetlinkHeader::default();
+    h.flags = flags;
+    h.sequence_number = seq;
+    let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(msg));
+    m.finalize();
+    let start = buf.len();
+    buf.resize(start + m.buffer_len(), 0);
+    m.serialize(&mut buf[start..]);
+}
+
 // ---- register data: the byte order of values as the kernel keeps them ----
 
 /// A value the kernel stores as a host integer (mark, ct state, numgen result).
@@ -441,7 +463,6 @@ pub fn len_u32(n: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
 
     #[test]
     fn integer_attributes_are_big_endian_on_every_host() {
