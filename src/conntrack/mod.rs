@@ -114,7 +114,7 @@ impl Conntrack {
     pub fn dump(&mut self, keep: impl Fn(&Flow) -> bool) -> io::Result<Vec<Flow>> {
         let seq = self.send(wire::dump_request(), NLM_F_REQUEST | NLM_F_DUMP, "send dump request")?;
         let mut out = Vec::new();
-        receive_blocking(&mut self.sock, |m| {
+        receive_blocking(&mut self.sock, &mut |m| {
             match m {
                 Incoming::Msg(h, m) if h.sequence_number == seq => {
                     if let Some(f) = wire::parse_flow(&m).filter(|f| keep(f)) {
@@ -135,9 +135,13 @@ impl Conntrack {
     /// Delete one entry. `Ok(false)` when it was already gone (timed out meanwhile).
     pub fn delete(&mut self, flow: &Flow) -> io::Result<bool> {
         let seq = self.send(wire::delete_request(flow), NLM_F_REQUEST | NLM_F_ACK, "send delete request")?;
-        receive_blocking(&mut self.sock, |m| match m {
-            Incoming::Ack(s) if s == seq => Ok(ControlFlow::Break(true)),
-            Incoming::Refused { seq: s, errno: libc::ENOENT, .. } if s == seq => Ok(ControlFlow::Break(false)),
+        let mut existed = false;
+        receive_blocking(&mut self.sock, &mut |m| match m {
+            Incoming::Ack(s) if s == seq => {
+                existed = true;
+                Ok(ControlFlow::Break(()))
+            }
+            Incoming::Refused { seq: s, errno: libc::ENOENT, .. } if s == seq => Ok(ControlFlow::Break(())),
             Incoming::Refused { seq: s, errno: e, .. } if s == seq => Err(errno(e)),
             Incoming::Overrun => Err(errno(libc::ENOBUFS)),
             _ => Ok(ControlFlow::Continue(())),
@@ -145,7 +149,8 @@ impl Conntrack {
         .map_err(|e| {
             let o = &flow.orig;
             ct_err(&format!("delete {}:{} -> {}:{}", o.src, o.sport, o.dst, o.dport), e)
-        })
+        })?;
+        Ok(existed)
     }
 }
 

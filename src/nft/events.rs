@@ -13,7 +13,7 @@ use futures::Stream;
 use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, TokioSocket};
 
 use super::error::NftError;
-use super::recv::{receive, Incoming};
+use super::recv::{receive, Incoming, Source};
 use super::wire::{self, AttrList, MsgType, NfMsg};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,28 +98,26 @@ impl EventStream {
             return Ok(e);
         }
         let seen = &mut self.seen;
-        let e = receive(&mut self.sock, |m| {
+        let mut event = None;
+        let got = receive(Source::Tokio(&mut self.sock, None), &mut |m| {
             match m {
                 Incoming::Msg(h, m) => seen.feed(h.port_number, m),
                 Incoming::Overrun => {
                     seen.touched = false;
-                    return Ok(ControlFlow::Break(TableEvent::Overrun));
+                    event = Some(TableEvent::Overrun);
                 }
                 // Every message of the datagram is fed before the first event is taken.
-                Incoming::Drained => {
-                    if let Some(e) = seen.queue.pop_front() {
-                        return Ok(ControlFlow::Break(e));
-                    }
-                }
+                Incoming::Drained => event = seen.queue.pop_front(),
                 _ => {}
             }
-            Ok(ControlFlow::Continue(()))
+            Ok(if event.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
         })
         .await;
-        e.map_err(|e| match e {
-            NftError::Io { source, .. } => NftError::Io { op: "recv events", source },
-            e => e,
-        })
+        match got {
+            Ok(()) => event.ok_or_else(|| NftError::Decode("event loop stopped without an event".into())),
+            Err(NftError::Io { source, .. }) => Err(NftError::Io { op: "recv events", source }),
+            Err(e) => Err(e),
+        }
     }
 
     /// The same as a `Stream`, for `select!` loops and combinators.

@@ -65,86 +65,65 @@ pub struct ExtAck {
     pub offset: Option<u32>,
 }
 
-/// What a caller's closure answers for each [`Incoming`].
-pub type Step<T> = Result<ControlFlow<T>, NftError>;
+/// What a caller's closure answers for each [`Incoming`]: go on, or stop
+/// (keeping whatever it found in its own variables), or fail.
+pub type Step = Result<ControlFlow<()>, NftError>;
 
-/// Where datagrams come from: a tokio socket, one with a deadline, or a
-/// blocking socket (ctnetlink, off the event loop).
-pub trait Datagrams {
-    /// The next datagram. An [`NftError::Io`] with `ENOBUFS` is an overrun.
-    fn next(&mut self) -> impl Future<Output = Result<Vec<u8>, NftError>>;
+/// Where datagrams come from. One enum rather than a trait keeps a single copy
+/// of the loop in the binary, whoever calls it.
+pub enum Source<'a> {
+    /// A tokio socket; past the deadline, if any, [`NftError::Timeout`] (its
+    /// `waiting_for` is the caller's to fill in).
+    Tokio(&'a mut TokioSocket, Option<tokio::time::Instant>),
+    /// A blocking socket (ctnetlink, off the event loop): see [`receive_blocking`].
+    Blocking(&'a mut netlink_sys::Socket),
+    /// Datagrams (or receive errors) from memory, for the tests of the loop.
+    #[cfg(test)]
+    Script(&'a mut std::collections::VecDeque<Result<Vec<u8>, NftError>>),
 }
 
-impl Datagrams for TokioSocket {
+impl Source<'_> {
     async fn next(&mut self) -> Result<Vec<u8>, NftError> {
-        self.recv_from_full().await.map(|(d, _)| d).map_err(|source| NftError::Io { op: "recvmsg", source })
-    }
-}
-
-/// A tokio socket whose datagrams must come before `deadline`, else
-/// [`NftError::Timeout`] (its `waiting_for` is the caller's to fill in).
-pub struct Deadline<'a> {
-    pub sock: &'a mut TokioSocket,
-    pub at: tokio::time::Instant,
-}
-
-impl Datagrams for Deadline<'_> {
-    async fn next(&mut self) -> Result<Vec<u8>, NftError> {
-        tokio::time::timeout_at(self.at, self.sock.next()).await.map_err(|_| NftError::Timeout { waiting_for: 0 })?
-    }
-}
-
-impl Datagrams for netlink_sys::Socket {
-    fn next(&mut self) -> impl Future<Output = Result<Vec<u8>, NftError>> {
-        // Blocks in recvmsg, so the future is ready when made.
-        std::future::ready(
-            self.recv_from_full().map(|(d, _)| d).map_err(|source| NftError::Io { op: "recvmsg", source }),
-        )
-    }
-}
-
-/// Reads datagrams from `src` and hands every message to `on` until it
-/// breaks with a value or fails. Overruns are handed to `on` too.
-pub async fn receive<S, T>(src: &mut S, mut on: impl FnMut(Incoming) -> Step<T>) -> Result<T, NftError>
-where
-    S: Datagrams + ?Sized,
-{
-    let mut out = None;
-    // One non-generic walker for every caller: the value travels through `out`.
-    let mut each = |m: Incoming| -> Step<()> {
-        Ok(match on(m)? {
-            ControlFlow::Break(t) => {
-                out = Some(t);
-                ControlFlow::Break(())
+        let got = match self {
+            Source::Tokio(sock, None) => sock.recv_from_full().await,
+            Source::Tokio(sock, Some(at)) => tokio::time::timeout_at(*at, sock.recv_from_full())
+                .await
+                .map_err(|_| NftError::Timeout { waiting_for: 0 })?,
+            Source::Blocking(sock) => sock.recv_from_full(),
+            #[cfg(test)]
+            Source::Script(q) => {
+                return q.pop_front().unwrap_or_else(|| Err(NftError::Decode("script ended".into())));
             }
-            ControlFlow::Continue(()) => ControlFlow::Continue(()),
-        })
-    };
+        };
+        got.map(|(d, _)| d).map_err(|source| NftError::Io { op: "recvmsg", source })
+    }
+}
+
+/// Reads datagrams from `src` and hands every message to `on` until it stops
+/// or fails. Overruns (`ENOBUFS`) are handed to `on` too; other socket errors
+/// end the loop.
+pub async fn receive(mut src: Source<'_>, on: &mut dyn FnMut(Incoming) -> Step) -> Result<(), NftError> {
     loop {
         let step = match src.next().await {
-            Ok(data) => walk(&data, &mut each)?,
-            Err(NftError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOBUFS) => {
-                each(Incoming::Overrun)?
-            }
+            Ok(data) => walk(&data, on)?,
+            Err(NftError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOBUFS) => on(Incoming::Overrun)?,
             Err(e) => return Err(e),
         };
         if step.is_break() {
-            break;
+            return Ok(());
         }
     }
-    out.ok_or_else(|| NftError::Decode("receive loop stopped without a value".into()))
 }
 
-/// [`receive`] on a blocking source (a [`netlink_sys::Socket`]), for callers
-/// off the event loop.
-pub fn receive_blocking<S, T>(src: &mut S, on: impl FnMut(Incoming) -> Step<T>) -> Result<T, NftError>
-where
-    S: Datagrams + ?Sized,
-{
-    let fut = pin!(receive(src, on));
-    // A blocking source's datagrams are ready futures (it blocks in recvmsg),
-    // so one poll runs the loop to its end; nothing ever needs waking.
-    match fut.poll(&mut Context::from_waker(Waker::noop())) {
+/// [`receive`] on a blocking socket, for callers off the event loop.
+pub fn receive_blocking(sock: &mut netlink_sys::Socket, on: &mut dyn FnMut(Incoming) -> Step) -> Result<(), NftError> {
+    run_ready(receive(Source::Blocking(sock), on))
+}
+
+/// Runs a receive loop over a source that never waits (a blocking socket
+/// blocks in recvmsg instead): one poll runs it to its end, nothing needs waking.
+fn run_ready(fut: impl Future<Output = Result<(), NftError>>) -> Result<(), NftError> {
+    match pin!(fut).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(r) => r,
         Poll::Pending => {
             Err(NftError::Io { op: "recvmsg", source: io::Error::other("a blocking receive was suspended") })
@@ -155,7 +134,7 @@ where
 /// Splits one datagram into messages and hands each to `on`, then
 /// [`Incoming::Drained`]. A length that does not fit the datagram is an error
 /// naming the offset; nothing is read out of bounds.
-pub fn walk(buf: &[u8], on: &mut dyn FnMut(Incoming) -> Step<()>) -> Step<()> {
+pub fn walk(buf: &[u8], on: &mut dyn FnMut(Incoming) -> Step) -> Step {
     let mut off = 0;
     while off < buf.len() {
         let rest = &buf[off..];
@@ -237,15 +216,12 @@ mod tests {
     use netlink_packet_core::{NLM_F_MULTIPART, NLM_F_REQUEST};
     use std::collections::VecDeque;
 
-    /// Datagrams from memory, ready at once like a blocking socket's.
-    struct Script(VecDeque<Result<Vec<u8>, NftError>>);
-
-    impl Datagrams for Script {
-        fn next(&mut self) -> impl Future<Output = Result<Vec<u8>, NftError>> {
-            std::future::ready(self.0.pop_front().unwrap_or_else(|| {
-                Err(NftError::Io { op: "recvmsg", source: io::Error::from(io::ErrorKind::UnexpectedEof) })
-            }))
-        }
+    /// Runs the loop over `script` as over a blocking socket.
+    fn run(
+        script: &mut VecDeque<Result<Vec<u8>, NftError>>,
+        on: &mut dyn FnMut(Incoming) -> Step,
+    ) -> Result<(), NftError> {
+        run_ready(receive(Source::Script(script), on))
     }
 
     fn enobufs() -> Result<Vec<u8>, NftError> {
@@ -344,64 +320,66 @@ mod tests {
         let mut d = table("a", 0, 1);
         d.extend(error(0, &table("b", NLM_F_REQUEST, 2), true, &[]));
         d.extend(table("c", 0, 3));
-        let mut src = Script(VecDeque::from([Ok(d), Ok(table("never", 0, 4))]));
+        let mut script = VecDeque::from([Ok(d), Ok(table("never", 0, 4))]);
         let mut seen = Vec::new();
-        let r = receive_blocking(&mut src, |m| {
+        run(&mut script, &mut |m| {
             seen.push(m.seq());
             Ok(match m {
-                Incoming::Ack(seq) => ControlFlow::Break(seq),
+                Incoming::Ack(_) => ControlFlow::Break(()),
                 _ => ControlFlow::Continue(()),
             })
-        });
-        assert_eq!(r.unwrap(), 2);
+        })
+        .unwrap();
         assert_eq!(seen, vec![Some(1), Some(2)]);
-        assert_eq!(src.0.len(), 1, "the second datagram stays unread");
+        assert_eq!(script.len(), 1, "the second datagram stays unread");
     }
 
     #[test]
     fn the_loop_reads_datagrams_until_the_caller_is_done() {
-        let mut src = Script(VecDeque::from([
-            Ok(table("a", NLM_F_MULTIPART, 7)),
-            Ok(table("b", NLM_F_MULTIPART, 7)),
-            Ok(done(7, 0)),
-        ]));
+        let mut script =
+            VecDeque::from([Ok(table("a", NLM_F_MULTIPART, 7)), Ok(table("b", NLM_F_MULTIPART, 7)), Ok(done(7, 0))]);
         let mut names = Vec::new();
-        let r = receive_blocking(&mut src, |m| match m {
+        run(&mut script, &mut |m| match m {
             Incoming::Msg(_, m) => {
                 names.push(m.attrs.str_of(1).unwrap().unwrap());
                 Ok(ControlFlow::Continue(()))
             }
             Incoming::Done { .. } => Ok(ControlFlow::Break(())),
             _ => Ok(ControlFlow::Continue(())),
-        });
-        r.unwrap();
+        })
+        .unwrap();
         assert_eq!(names, ["a", "b"]);
     }
 
     #[test]
     fn an_overrun_goes_to_the_caller_and_other_errors_end_the_loop() {
-        let mut src = Script(VecDeque::from([enobufs(), Ok(table("a", 0, 0))]));
-        let mut overruns = 0;
-        let r = receive_blocking(&mut src, |m| match m {
-            Incoming::Overrun => {
-                overruns += 1;
-                Ok(ControlFlow::Continue(()))
-            }
-            Incoming::Msg(..) => Ok(ControlFlow::Break("after the overrun")),
-            _ => Ok(ControlFlow::Continue(())),
-        });
-        assert_eq!((r.unwrap(), overruns), ("after the overrun", 1));
-        // The caller may stop at an overrun with its own value (the event stream does).
-        let mut src = Script(VecDeque::from([enobufs()]));
-        assert_eq!(receive_blocking(&mut src, |m| Ok(ControlFlow::Break(m))).unwrap(), Incoming::Overrun);
+        let mut script = VecDeque::from([enobufs(), Ok(table("a", 0, 0))]);
+        let mut seen = Vec::new();
+        run(&mut script, &mut |m| {
+            let stop = matches!(m, Incoming::Msg(..));
+            seen.push(m);
+            Ok(if stop { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+        })
+        .unwrap();
+        assert!(matches!(seen.as_slice(), [Incoming::Overrun, Incoming::Msg(..)]), "{seen:?}");
+        // The caller may stop at an overrun (the event stream does).
+        let mut script = VecDeque::from([enobufs(), Ok(table("never", 0, 0))]);
+        run(&mut script, &mut |m| {
+            assert_eq!(m, Incoming::Overrun);
+            Ok(ControlFlow::Break(()))
+        })
+        .unwrap();
+        assert_eq!(script.len(), 1);
         // Any other socket error ends the loop as it is.
-        let mut src = Script(VecDeque::new());
-        let e = receive_blocking(&mut src, |_| Ok(ControlFlow::<()>::Continue(()))).unwrap_err();
-        assert!(matches!(e, NftError::Io { op: "recvmsg", .. }), "{e}");
+        let mut script =
+            VecDeque::from([Err(NftError::Io { op: "recvmsg", source: io::Error::from_raw_os_error(libc::EBADF) })]);
+        let e = run(&mut script, &mut |_| Ok(ControlFlow::Continue(()))).unwrap_err();
+        assert!(matches!(&e, NftError::Io { source, .. } if source.raw_os_error() == Some(libc::EBADF)), "{e}");
         // And so does the caller's own error.
-        let mut src = Script(VecDeque::from([Ok(table("a", 0, 0))]));
-        let e = receive_blocking(&mut src, |_| Err::<ControlFlow<()>, _>(NftError::Decode("mine".into()))).unwrap_err();
+        let mut script = VecDeque::from([Ok(table("a", 0, 0)), Ok(table("never", 0, 0))]);
+        let e = run(&mut script, &mut |_| Err(NftError::Decode("mine".into()))).unwrap_err();
         assert_eq!(e.to_string(), "nf_tables: cannot parse kernel message: mine");
+        assert_eq!(script.len(), 1);
     }
 
     #[test]

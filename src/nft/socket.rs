@@ -13,7 +13,7 @@ use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, Tok
 use super::error::{explain, expr_module, KernelError, NftError};
 use super::expr::{Data, Expr};
 use super::lower::{LowerError, Object, Op};
-use super::recv::{receive, Deadline, ExtAck, Incoming, NLMSG_HDRLEN};
+use super::recv::{receive, ExtAck, Incoming, Source, NLMSG_HDRLEN};
 use super::wire::{self, emit, AttrList, MsgType, NfMsg};
 
 /// What one transaction cost.
@@ -191,22 +191,22 @@ impl NftSocket {
         // Refused messages by index, described once all answers are in.
         let mut failed: Vec<Refused> = Vec::new();
         let mut barrier = ack_each;
+        let mut whole: Option<KernelError> = None;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-        let mut src = Deadline { sock: &mut self.sock, at: deadline };
-        let answers = receive(&mut src, |m| {
+        let answers = receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| {
             if !ack_each && m.seq() == Some(barrier_seq) {
                 barrier = true;
             } else {
                 match m {
                     Incoming::Refused { seq, errno, ext } if seq == begin_seq || seq == end_seq => {
                         // The whole batch failed (commit error or generation mismatch).
-                        let whole = KernelError {
+                        whole = Some(KernelError {
                             errno,
                             object: "transaction".into(),
                             reason: explain(errno),
                             kernel_msg: ext.msg,
-                        };
-                        return Ok(ControlFlow::Break(Some(whole)));
+                        });
+                        return Ok(ControlFlow::Break(()));
                     }
                     Incoming::Ack(seq) | Incoming::Refused { seq, .. }
                         if (seq.wrapping_sub(first) as usize) < count =>
@@ -221,17 +221,17 @@ impl NftSocket {
                 }
             }
             Ok(if barrier && (!ack_each || acked == count) {
-                ControlFlow::Break(None)
+                ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             })
         })
         .await;
-        let whole = match answers {
-            Ok(whole) => whole,
+        match answers {
+            Ok(()) => {}
             Err(NftError::Timeout { .. }) => return Err(NftError::Timeout { waiting_for: count - acked }),
             Err(e) => return Err(e),
-        };
+        }
         if failed.is_empty() && whole.is_none() {
             return Ok(stats);
         }
@@ -258,8 +258,9 @@ impl NftSocket {
         self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
         let mut out = Vec::new();
         let mut interrupted = false;
-        let mut src = Deadline { sock: &mut self.sock, at: tokio::time::Instant::now() + ANSWER_DEADLINE };
-        receive(&mut src, |m| {
+        let mut whole = false;
+        let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+        receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| {
             if m.seq() != Some(seq) {
                 return match m {
                     Incoming::Overrun => Err(overrun()),
@@ -270,19 +271,18 @@ impl NftSocket {
                 Incoming::Msg(h, i) => {
                     interrupted |= h.flags & NLM_F_DUMP_INTR != 0;
                     out.push(i);
-                    Ok(ControlFlow::Continue(()))
+                    return Ok(ControlFlow::Continue(()));
                 }
-                Incoming::Done { interrupted: intr, .. } => {
-                    let whole = !(interrupted || intr);
-                    Ok(ControlFlow::Break(whole.then(|| std::mem::take(&mut out))))
-                }
-                Incoming::Ack(_) => Ok(ControlFlow::Break(Some(std::mem::take(&mut out)))),
-                Incoming::Refused { errno, .. } => Err(refused("dump", errno)),
-                _ => Ok(ControlFlow::Continue(())),
+                Incoming::Done { interrupted: intr, .. } => whole = !(interrupted || intr),
+                Incoming::Ack(_) => whole = true,
+                Incoming::Refused { errno, .. } => return Err(refused("dump", errno)),
+                _ => return Ok(ControlFlow::Continue(())),
             }
+            Ok(ControlFlow::Break(()))
         })
         .await
-        .map_err(one_answer)
+        .map_err(one_answer)?;
+        Ok(whole.then_some(out))
     }
 
     /// A single get request (not a dump); returns the kernel's answer.
@@ -291,15 +291,20 @@ impl NftSocket {
         let mut buf = Vec::new();
         emit(&mut buf, msg, NLM_F_REQUEST, seq);
         self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
-        let mut src = Deadline { sock: &mut self.sock, at: tokio::time::Instant::now() + ANSWER_DEADLINE };
-        receive(&mut src, |m| match m {
-            Incoming::Msg(h, i) if h.sequence_number == seq => Ok(ControlFlow::Break(i)),
+        let mut answer = None;
+        let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
+        receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| match m {
+            Incoming::Msg(h, i) if h.sequence_number == seq => {
+                answer = Some(i);
+                Ok(ControlFlow::Break(()))
+            }
             Incoming::Refused { seq: s, errno, .. } if s == seq => Err(refused("request", errno)),
             Incoming::Overrun => Err(overrun()),
             _ => Ok(ControlFlow::Continue(())),
         })
         .await
-        .map_err(one_answer)
+        .map_err(one_answer)?;
+        answer.ok_or_else(|| NftError::Decode("no answer to the request".into()))
     }
 
     /// The ruleset generation (`NFT_MSG_GETGEN`), which moves with every commit.
