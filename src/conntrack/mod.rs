@@ -85,7 +85,6 @@ fn ctx(what: &str, e: io::Error) -> io::Error {
 fn ct_err(what: &str, e: NftError) -> io::Error {
     match e {
         NftError::Io { source, .. } => ctx(what, source),
-        NftError::Decode(m) => io::Error::new(io::ErrorKind::InvalidData, format!("conntrack {what}: {m}")),
         e => io::Error::other(format!("conntrack {what}: {e}")),
     }
 }

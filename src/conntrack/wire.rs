@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::nft::wire::{Attr, AttrList, NfMsg};
+use crate::nft::wire::{find_attr, from_net_u16, Attr, AttrList, NfMsg};
 
 const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 const IPCTNL_MSG_CT_NEW: u16 = 0;
@@ -99,39 +99,39 @@ pub fn delete_request(flow: &Flow) -> NfMsg {
     ct_msg(CT_DELETE, flow.family, attrs)
 }
 
-fn parse_tuple(t: &Attr) -> Option<Tuple> {
-    let t = t.children().ok()?;
-    let ip = t.attr(CTA_TUPLE_IP)?.children().ok()?;
-    let proto = t.attr(CTA_TUPLE_PROTO)?.children().ok()?;
+fn parse_tuple(t: &[u8]) -> Option<Tuple> {
+    let ip = find_attr(t, CTA_TUPLE_IP)?;
+    let proto = find_attr(t, CTA_TUPLE_PROTO)?;
     let addr = |v4: u16, v6: u16| -> Option<IpAddr> {
-        match ip.attr(v4) {
-            Some(a) => Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(a.payload().get(..4)?).ok()?))),
-            None => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(ip.attr(v6)?.payload().get(..16)?).ok()?))),
-        }
+        Some(match find_attr(ip, v4) {
+            Some(a) => IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(a.get(..4)?).ok()?)),
+            None => IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(find_attr(ip, v6)?.get(..16)?).ok()?)),
+        })
     };
     // A missing port reads as 0 (ICMP has none); a malformed one skips the entry.
-    let port = |kind: u16| proto.attr(kind).map_or(Some(0), |a| a.as_u16().ok());
+    let port = |kind: u16| find_attr(proto, kind).map_or(Some(0), from_net_u16);
     Some(Tuple {
         src: addr(CTA_IP_V4_SRC, CTA_IP_V6_SRC)?,
         dst: addr(CTA_IP_V4_DST, CTA_IP_V6_DST)?,
-        proto: proto.attr(CTA_PROTO_NUM)?.payload().first().copied()?,
+        proto: *find_attr(proto, CTA_PROTO_NUM)?.first()?,
         sport: port(CTA_PROTO_SRC_PORT)?,
         dport: port(CTA_PROTO_DST_PORT)?,
     })
 }
 
 /// The entry an IPCTNL_MSG_CT_NEW message describes; anything else, or an entry
-/// without both tuples, is `None`.
+/// without both tuples, is `None`. The tuples are read in place, not copied.
 pub fn parse_flow(m: &NfMsg) -> Option<Flow> {
     if m.msg_type != CT_NEW {
         return None;
     }
+    let value = |kind| m.attrs.attr(kind).map(Attr::payload);
     Some(Flow {
         family: m.family,
-        orig: parse_tuple(m.attrs.attr(CTA_TUPLE_ORIG)?)?,
-        reply: parse_tuple(m.attrs.attr(CTA_TUPLE_REPLY)?)?,
-        zone: m.attrs.attr(CTA_ZONE).and_then(|a| a.as_u16().ok()).unwrap_or(0),
-        id: m.attrs.attr(CTA_ID).and_then(|a| a.as_u32().ok()),
+        orig: parse_tuple(value(CTA_TUPLE_ORIG)?)?,
+        reply: parse_tuple(value(CTA_TUPLE_REPLY)?)?,
+        zone: value(CTA_ZONE).and_then(from_net_u16).unwrap_or(0),
+        id: value(CTA_ID).and_then(|v| Some(u32::from_be_bytes(v.try_into().ok()?))),
     })
 }
 

@@ -114,7 +114,8 @@ impl EventStream {
         })
         .await;
         match got {
-            Ok(()) => event.ok_or_else(|| NftError::Decode("event loop stopped without an event".into())),
+            // The loop stops only with an event; should it not, the state is unknown: resync.
+            Ok(()) => Ok(event.unwrap_or(TableEvent::Overrun)),
             Err(NftError::Io { source, .. }) => Err(NftError::Io { op: "recv events", source }),
             Err(e) => Err(e),
         }

@@ -138,16 +138,11 @@ pub fn walk(buf: &[u8], on: &mut dyn FnMut(Incoming) -> Step) -> Step {
     let mut off = 0;
     while off < buf.len() {
         let rest = &buf[off..];
-        let Some(len) = rest.get(..NLMSG_HDRLEN).and_then(|h| h[..4].try_into().ok()).map(u32::from_ne_bytes) else {
-            return Err(NftError::Decode(format!(
-                "netlink datagram truncated: {} bytes at offset {off}, shorter than a message header ({NLMSG_HDRLEN})",
-                rest.len()
-            )));
-        };
-        let len = len as usize;
+        // A header that is cut off reads as length 0: refused below like any bad length.
+        let len = rest.get(..NLMSG_HDRLEN).map_or(0, |h| u32::from_ne_bytes([h[0], h[1], h[2], h[3]]) as usize);
         if len < NLMSG_HDRLEN || len > rest.len() {
             return Err(NftError::Decode(format!(
-                "netlink message at offset {off} says it has {len} bytes; the datagram has {} left",
+                "netlink datagram truncated: the message at offset {off} says {len} bytes, {} are left",
                 rest.len()
             )));
         }
@@ -392,14 +387,15 @@ mod tests {
             let _ = all(&d[..cut]);
         }
         let e = all(&d[..10]).unwrap_err().to_string();
-        assert!(e.contains("truncated: 10 bytes at offset 0"), "{e}");
+        assert!(e.contains("truncated: the message at offset 0 says 0 bytes, 10 are left"), "{e}");
         let first = table("nodeportd", 0, 1).len();
         let e = all(&d[..first + 20]).unwrap_err().to_string();
-        assert!(e.contains(&format!("at offset {first} says it has")), "{e}");
+        let second = d.len() - first - done(3, 0).len();
+        assert!(e.contains(&format!("at offset {first} says {second} bytes, 20 are left")), "{e}");
         // A length shorter than a header cannot make the walk go round forever.
         let mut zero = header(0, 16, 0, 1);
         zero.extend_from_slice(&[0; 4]);
-        assert!(all(&zero).unwrap_err().to_string().contains("says it has 0 bytes"));
+        assert!(all(&zero).unwrap_err().to_string().contains("says 0 bytes, 20 are left"));
         // A message too short for nfgenmsg is named, not read.
         let e = all(&header(16, MsgType::NewTable.nlmsg_type(), 0, 1)).unwrap_err().to_string();
         assert!(e.contains("shorter than nfgenmsg"), "{e}");

@@ -304,7 +304,8 @@ impl NftSocket {
         })
         .await
         .map_err(one_answer)?;
-        answer.ok_or_else(|| NftError::Decode("no answer to the request".into()))
+        // The loop stops only with an answer; should it not, say so as if none came.
+        answer.ok_or(NftError::Timeout { waiting_for: 1 })
     }
 
     /// The ruleset generation (`NFT_MSG_GETGEN`), which moves with every commit.

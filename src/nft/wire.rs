@@ -262,12 +262,6 @@ impl Attr {
         }
     }
 
-    pub fn as_u16(&self) -> Result<u16, DecodeError> {
-        let b: [u8; 2] = self.payload().try_into().map_err(|_| {
-            DecodeError::from(format!("attribute {} : expected 2 bytes, got {}", self.kind(), self.payload().len()))
-        })?;
-        Ok(u16::from_be_bytes(b))
-    }
     pub fn as_u32(&self) -> Result<u32, DecodeError> {
         let b: [u8; 4] = self.payload().try_into().map_err(|_| {
             DecodeError::from(format!("attribute {} : expected 4 bytes, got {}", self.kind(), self.payload().len()))
@@ -316,6 +310,15 @@ pub fn parse_attrs(buf: &[u8]) -> Result<Vec<Attr>, DecodeError> {
         out.push(Attr::bytes(nla.kind(), nla.value().to_vec()));
     }
     Ok(out)
+}
+
+/// The payload of the first attribute of `kind` in a run of attributes, read in
+/// place (no copy): for walking big answers, such as a conntrack table, entry by entry.
+pub fn find_attr(buf: &[u8], kind: u16) -> Option<&[u8]> {
+    let nla = NlasIterator::new(buf).map_while(Result::ok).find(|a| a.kind() & NLA_TYPE_MASK == kind)?;
+    let len = usize::from(nla.length());
+    // The iterator checked that the attribute's length fits `buf`.
+    nla.into_inner().get(4..len)
 }
 
 /// Lookup helpers over a parsed attribute list.
