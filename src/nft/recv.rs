@@ -6,7 +6,7 @@
 //! sorts them into [`Incoming`]: a subsystem message, an acknowledgement, a
 //! refusal (with the kernel's extended ack), the end of a dump, or a receive
 //! buffer overrun. What a message means is the caller's business: its closure
-//! decides whether to go on or stop with a value.
+//! decides whether to go on or stop, and keeps what it found in its own variables.
 
 use std::future::Future;
 use std::io;
