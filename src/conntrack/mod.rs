@@ -9,11 +9,16 @@ pub mod wire;
 
 use std::io;
 use std::net::IpAddr;
+use std::ops::ControlFlow;
 
+use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket};
 
+use crate::nft::recv::{receive_blocking, Incoming};
+use crate::nft::wire::{emit, NfMsg};
+use crate::nft::NftError;
+use wire::IPPROTO_UDP;
 pub use wire::{Flow, Tuple};
-use wire::{Message, IPPROTO_UDP};
 
 /// Which UDP entries to delete. Build it with the constructors, which name the
 /// kube-proxy situations.
@@ -70,90 +75,81 @@ impl UdpFlowFilter {
 pub struct Conntrack {
     sock: Socket,
     seq: u32,
-    buf: Vec<u8>,
 }
 
 fn ctx(what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("conntrack {what}: {e}"))
 }
 
+/// An error of the shared receive loop, told as a conntrack one.
+fn ct_err(what: &str, e: NftError) -> io::Error {
+    match e {
+        NftError::Io { source, .. } => ctx(what, source),
+        e => io::Error::other(format!("conntrack {what}: {e}")),
+    }
+}
+
+fn errno(e: i32) -> NftError {
+    NftError::Io { op: "ctnetlink", source: io::Error::from_raw_os_error(e) }
+}
+
 impl Conntrack {
     pub fn open() -> io::Result<Conntrack> {
         let mut sock = Socket::new(NETLINK_NETFILTER).map_err(|e| ctx("socket(NETLINK_NETFILTER)", e))?;
         sock.bind_auto().map_err(|e| ctx("bind", e))?;
-        // Dumps of a busy table arrive in many datagrams; a large buffer avoids
-        // truncation (each datagram is at most one page-sized skb, but be generous).
-        Ok(Conntrack { sock, seq: 1, buf: Vec::with_capacity(64 * 1024) })
+        Ok(Conntrack { sock, seq: 1 })
     }
 
-    fn next_seq(&mut self) -> u32 {
+    fn send(&mut self, msg: NfMsg, flags: u16, what: &str) -> io::Result<u32> {
         self.seq = self.seq.wrapping_add(1);
-        self.seq
-    }
-
-    fn recv(&mut self) -> io::Result<&[u8]> {
-        self.buf.clear();
-        let n = self.sock.recv(&mut self.buf, 0).map_err(|e| ctx("recv", e))?;
-        if n > self.buf.len() {
-            return Err(io::Error::other(format!("conntrack: datagram of {n} bytes truncated")));
-        }
-        Ok(&self.buf)
+        let mut buf = Vec::new();
+        emit(&mut buf, msg, flags, self.seq);
+        self.sock.send(&buf, 0).map_err(|e| ctx(what, e))?;
+        Ok(self.seq)
     }
 
     /// Every conntrack entry (all families) for which `keep` is true. Only the kept
     /// entries are held in memory, not the whole table.
     pub fn dump(&mut self, keep: impl Fn(&Flow) -> bool) -> io::Result<Vec<Flow>> {
-        let seq = self.next_seq();
-        self.sock.send(&wire::dump_request(seq), 0).map_err(|e| ctx("send dump request", e))?;
+        let seq = self.send(wire::dump_request(), NLM_F_REQUEST | NLM_F_DUMP, "send dump request")?;
         let mut out = Vec::new();
-        loop {
-            let buf = self.recv()?;
-            let msgs = wire::messages(buf).map_err(|e| io::Error::other(format!("conntrack dump: {e}")))?;
-            for m in msgs {
-                match m {
-                    Message::Entry { family, attrs, seq: s } if s == seq => {
-                        if let Some(f) = wire::parse_flow(family, attrs) {
-                            if keep(&f) {
-                                out.push(f);
-                            }
-                        }
+        receive_blocking(&mut self.sock, &mut |m| {
+            match m {
+                Incoming::Msg(h, m) if h.sequence_number == seq => {
+                    if let Some(f) = wire::parse_flow(&m).filter(|f| keep(f)) {
+                        out.push(f);
                     }
-                    Message::Done { seq: s } if s == seq => return Ok(out),
-                    Message::Error { errno, seq: s } if s == seq && errno != 0 => {
-                        return Err(ctx("dump", io::Error::from_raw_os_error(errno)));
-                    }
-                    _ => {}
                 }
+                Incoming::Done { seq: s, .. } | Incoming::Ack(s) if s == seq => return Ok(ControlFlow::Break(())),
+                Incoming::Refused { seq: s, errno: e, .. } if s == seq => return Err(errno(e)),
+                Incoming::Overrun => return Err(errno(libc::ENOBUFS)),
+                _ => {}
             }
-        }
+            Ok(ControlFlow::Continue(()))
+        })
+        .map_err(|e| ct_err("dump", e))?;
+        Ok(out)
     }
 
     /// Delete one entry. `Ok(false)` when it was already gone (timed out meanwhile).
     pub fn delete(&mut self, flow: &Flow) -> io::Result<bool> {
-        let seq = self.next_seq();
-        self.sock.send(&wire::delete_request(seq, flow), 0).map_err(|e| ctx("send delete request", e))?;
-        loop {
-            let buf = self.recv()?;
-            let msgs = wire::messages(buf).map_err(|e| io::Error::other(format!("conntrack delete: {e}")))?;
-            for m in msgs {
-                if let Message::Error { errno, seq: s } = m {
-                    if s != seq {
-                        continue;
-                    }
-                    return match errno {
-                        0 => Ok(true),
-                        libc::ENOENT => Ok(false),
-                        e => Err(ctx(
-                            &format!(
-                                "delete {}:{} -> {}:{}",
-                                flow.orig.src, flow.orig.sport, flow.orig.dst, flow.orig.dport
-                            ),
-                            io::Error::from_raw_os_error(e),
-                        )),
-                    };
-                }
+        let seq = self.send(wire::delete_request(flow), NLM_F_REQUEST | NLM_F_ACK, "send delete request")?;
+        let mut existed = false;
+        receive_blocking(&mut self.sock, &mut |m| match m {
+            Incoming::Ack(s) if s == seq => {
+                existed = true;
+                Ok(ControlFlow::Break(()))
             }
-        }
+            Incoming::Refused { seq: s, errno: libc::ENOENT, .. } if s == seq => Ok(ControlFlow::Break(())),
+            Incoming::Refused { seq: s, errno: e, .. } if s == seq => Err(errno(e)),
+            Incoming::Overrun => Err(errno(libc::ENOBUFS)),
+            _ => Ok(ControlFlow::Continue(())),
+        })
+        .map_err(|e| {
+            let o = &flow.orig;
+            ct_err(&format!("delete {}:{} -> {}:{}", o.src, o.sport, o.dst, o.dport), e)
+        })?;
+        Ok(existed)
     }
 }
 

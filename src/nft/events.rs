@@ -7,12 +7,13 @@
 //! (our own syncs are not news): sent from a socket we were told about, or by
 //! a thread of this process (`NFTA_GEN_PROC_PID` is the committing task's id).
 
+use std::ops::ControlFlow;
+
 use futures::Stream;
-use netlink_packet_core::NetlinkPayload;
-use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, TokioSocket};
+use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, TokioSocket};
 
 use super::error::NftError;
-use super::socket::split;
+use super::recv::{receive, Incoming, Source};
 use super::wire::{self, AttrList, MsgType, NfMsg};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +29,11 @@ const EVENT_RCVBUF: usize = 4 << 20;
 
 pub struct EventStream {
     sock: TokioSocket,
+    seen: Seen,
+}
+
+/// What the stream has seen of the commits in flight, and the events not yet taken.
+struct Seen {
     family: u8,
     table: String,
     own_portids: Vec<u32>,
@@ -48,12 +54,14 @@ impl EventStream {
         let _ = sock.socket_mut().set_rx_buf_sz(EVENT_RCVBUF);
         Ok(EventStream {
             sock,
-            family,
-            table: table.to_string(),
-            own_portids: Vec::new(),
-            touched: false,
-            deleted: false,
-            queue: Default::default(),
+            seen: Seen {
+                family,
+                table: table.to_string(),
+                own_portids: Vec::new(),
+                touched: false,
+                deleted: false,
+                queue: Default::default(),
+            },
         })
     }
 
@@ -81,9 +89,48 @@ impl EventStream {
 
     /// Treats commits sent through `sock` as ours (never reported).
     pub fn ignore_socket(&mut self, sock: &super::NftSocket) {
-        self.own_portids.push(sock.portid());
+        self.seen.own_portids.push(sock.portid());
     }
 
+    /// Waits for the next event about our table.
+    pub async fn next_event(&mut self) -> Result<TableEvent, NftError> {
+        if let Some(e) = self.seen.queue.pop_front() {
+            return Ok(e);
+        }
+        let seen = &mut self.seen;
+        let mut event = None;
+        let got = receive(Source::Tokio(&mut self.sock, None), &mut |m| {
+            match m {
+                Incoming::Msg(h, m) => seen.feed(h.port_number, m),
+                Incoming::Overrun => {
+                    seen.touched = false;
+                    event = Some(TableEvent::Overrun);
+                }
+                // Every message of the datagram is fed before the first event is taken.
+                Incoming::Drained => event = seen.queue.pop_front(),
+                _ => {}
+            }
+            Ok(if event.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) })
+        })
+        .await;
+        match got {
+            // The loop stops only with an event; should it not, the state is unknown: resync.
+            Ok(()) => Ok(event.unwrap_or(TableEvent::Overrun)),
+            Err(NftError::Io { source, .. }) => Err(NftError::Io { op: "recv events", source }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The same as a `Stream`, for `select!` loops and combinators.
+    pub fn into_stream(self) -> impl Stream<Item = Result<TableEvent, NftError>> {
+        futures::stream::unfold(self, |mut s| async move {
+            let e = s.next_event().await;
+            Some((e, s))
+        })
+    }
+}
+
+impl Seen {
     fn ours(&self, portid: u32, pid: u32) -> bool {
         self.own_portids.contains(&portid)
             || pid == std::process::id()
@@ -123,35 +170,5 @@ impl EventStream {
             Some(_) if self.concerns_us(&m) => self.touched = true,
             _ => {}
         }
-    }
-
-    /// Waits for the next event about our table.
-    pub async fn next_event(&mut self) -> Result<TableEvent, NftError> {
-        loop {
-            if let Some(e) = self.queue.pop_front() {
-                return Ok(e);
-            }
-            let data = match self.sock.recv_from_full().await {
-                Ok((d, _)) => d,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    self.touched = false;
-                    return Ok(TableEvent::Overrun);
-                }
-                Err(source) => return Err(NftError::Io { op: "recv events", source }),
-            };
-            for m in split(&data)? {
-                if let NetlinkPayload::InnerMessage(i) = m.payload {
-                    self.feed(m.header.port_number, i);
-                }
-            }
-        }
-    }
-
-    /// The same as a `Stream`, for `select!` loops and combinators.
-    pub fn into_stream(self) -> impl Stream<Item = Result<TableEvent, NftError>> {
-        futures::stream::unfold(self, |mut s| async move {
-            let e = s.next_event().await;
-            Some((e, s))
-        })
     }
 }

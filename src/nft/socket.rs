@@ -5,15 +5,16 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
-};
+use std::ops::ControlFlow;
+
+use netlink_packet_core::{NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST};
 use netlink_sys::{protocols::NETLINK_NETFILTER, AsyncSocket, AsyncSocketExt, TokioSocket};
 
 use super::error::{explain, expr_module, KernelError, NftError};
 use super::expr::{Data, Expr};
 use super::lower::{LowerError, Object, Op};
-use super::wire::{self, AttrList, MsgType, NfMsg};
+use super::recv::{receive, ExtAck, Incoming, Source, NLMSG_HDRLEN};
+use super::wire::{self, emit, AttrList, MsgType, NfMsg};
 
 /// What one transaction cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,10 +40,6 @@ const ANSWER_DEADLINE: Duration = Duration::from_secs(120);
 const ACK_TRUESIZE: usize = 1024;
 const NETLINK_EXT_ACK: libc::c_int = 11;
 const NETLINK_CAP_ACK: libc::c_int = 10;
-const NLMSGERR_ATTR_MSG: u16 = 1;
-const NLMSGERR_ATTR_OFFS: u16 = 2;
-const NLM_F_ACK_TLVS: u16 = 0x200;
-const NLMSG_HDRLEN: usize = 16;
 
 pub struct NftSocket {
     sock: TokioSocket,
@@ -69,24 +66,6 @@ fn set_int_opt(fd: i32, level: libc::c_int, opt: libc::c_int, v: libc::c_int) ->
     } else {
         Ok(())
     }
-}
-
-/// Splits a datagram into netlink messages.
-pub(crate) fn split(buf: &[u8]) -> Result<Vec<NetlinkMessage<NfMsg>>, NftError> {
-    let mut out = Vec::new();
-    let mut off = 0;
-    while off + NLMSG_HDRLEN <= buf.len() {
-        let nb = NetlinkBuffer::new_checked(&buf[off..]).map_err(|e| NftError::Decode(e.to_string()))?;
-        let len = nb.length() as usize;
-        if len < NLMSG_HDRLEN || off + len > buf.len() {
-            return Err(NftError::Decode(format!("netlink message length {len} at offset {off}")));
-        }
-        let m =
-            NetlinkMessage::<NfMsg>::deserialize(&buf[off..off + len]).map_err(|e| NftError::Decode(e.to_string()))?;
-        out.push(m);
-        off += len.div_ceil(4) * 4;
-    }
-    Ok(out)
 }
 
 impl NftSocket {
@@ -211,46 +190,47 @@ impl NftSocket {
         let mut acked = 0usize;
         // Refused messages by index, described once all answers are in.
         let mut failed: Vec<Refused> = Vec::new();
+        let mut barrier = ack_each;
         let mut whole: Option<KernelError> = None;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-        let mut barrier = ack_each;
-        'answers: while !(barrier && (!ack_each || acked == count)) {
-            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
-                .await
-                .map_err(|_| NftError::Timeout { waiting_for: count - acked })?
-                .map_err(io_err("recvmsg"))?;
-            for m in split(&data)? {
-                if !ack_each && m.header.sequence_number == barrier_seq {
-                    barrier = true;
-                    continue;
-                }
-                let NetlinkPayload::Error(e) = &m.payload else {
-                    continue;
-                };
-                let Some(orig_seq) = e.header.get(8..12).and_then(|b| b.try_into().ok()).map(u32::from_ne_bytes) else {
-                    continue;
-                };
-                let tlvs = ack_tlvs(&m.header, &e.header);
-                if orig_seq == begin_seq || orig_seq == end_seq {
-                    // The whole batch failed (commit error or generation mismatch).
-                    let errno = -e.raw_code();
-                    whole = Some(KernelError {
-                        errno,
-                        object: "transaction".into(),
-                        reason: explain(errno),
-                        kernel_msg: tlvs.0,
-                    });
-                    break 'answers;
-                }
-                let idx = orig_seq.wrapping_sub(first) as usize;
-                if idx >= count {
-                    continue;
-                }
-                acked += 1;
-                if let Some(code) = e.code {
-                    failed.push((idx, -code.get(), tlvs));
+        let answers = receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| {
+            if !ack_each && m.seq() == Some(barrier_seq) {
+                barrier = true;
+            } else {
+                match m {
+                    Incoming::Refused { seq, errno, ext } if seq == begin_seq || seq == end_seq => {
+                        // The whole batch failed (commit error or generation mismatch).
+                        whole = Some(KernelError {
+                            errno,
+                            object: "transaction".into(),
+                            reason: explain(errno),
+                            kernel_msg: ext.msg,
+                        });
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    Incoming::Ack(seq) | Incoming::Refused { seq, .. }
+                        if (seq.wrapping_sub(first) as usize) < count =>
+                    {
+                        acked += 1;
+                        if let Incoming::Refused { errno, ext, .. } = m {
+                            failed.push((seq.wrapping_sub(first) as usize, errno, ext));
+                        }
+                    }
+                    Incoming::Overrun => return Err(overrun()),
+                    _ => {}
                 }
             }
+            Ok(if barrier && (!ack_each || acked == count) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })
+        .await;
+        match answers {
+            Ok(()) => {}
+            Err(NftError::Timeout { .. }) => return Err(NftError::Timeout { waiting_for: count - acked }),
+            Err(e) => return Err(e),
         }
         if failed.is_empty() && whole.is_none() {
             return Ok(stats);
@@ -278,38 +258,31 @@ impl NftSocket {
         self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
         let mut out = Vec::new();
         let mut interrupted = false;
+        let mut whole = false;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-        loop {
-            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
-                .await
-                .map_err(|_| NftError::Timeout { waiting_for: 1 })?
-                .map_err(io_err("recvmsg"))?;
-            for m in split(&data)? {
-                if m.header.sequence_number != seq {
-                    continue;
-                }
-                if m.header.flags & NLM_F_DUMP_INTR != 0 {
-                    interrupted = true;
-                }
-                match m.payload {
-                    NetlinkPayload::Done(_) => return Ok(if interrupted { None } else { Some(out) }),
-                    NetlinkPayload::Error(e) => match e.code {
-                        None => return Ok(Some(out)),
-                        Some(c) => {
-                            let errno = -c.get();
-                            return Err(NftError::Rejected(vec![KernelError {
-                                errno,
-                                object: "dump".into(),
-                                reason: explain(errno),
-                                kernel_msg: None,
-                            }]));
-                        }
-                    },
-                    NetlinkPayload::InnerMessage(i) => out.push(i),
-                    _ => {}
-                }
+        receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| {
+            if m.seq() != Some(seq) {
+                return match m {
+                    Incoming::Overrun => Err(overrun()),
+                    _ => Ok(ControlFlow::Continue(())),
+                };
             }
-        }
+            match m {
+                Incoming::Msg(h, i) => {
+                    interrupted |= h.flags & NLM_F_DUMP_INTR != 0;
+                    out.push(i);
+                    return Ok(ControlFlow::Continue(()));
+                }
+                Incoming::Done { interrupted: intr, .. } => whole = !(interrupted || intr),
+                Incoming::Ack(_) => whole = true,
+                Incoming::Refused { errno, .. } => return Err(refused("dump", errno)),
+                _ => return Ok(ControlFlow::Continue(())),
+            }
+            Ok(ControlFlow::Break(()))
+        })
+        .await
+        .map_err(one_answer)?;
+        Ok(whole.then_some(out))
     }
 
     /// A single get request (not a dump); returns the kernel's answer.
@@ -318,31 +291,21 @@ impl NftSocket {
         let mut buf = Vec::new();
         emit(&mut buf, msg, NLM_F_REQUEST, seq);
         self.sock.send(&buf).await.map_err(io_err("sendmsg"))?;
+        let mut answer = None;
         let deadline = tokio::time::Instant::now() + ANSWER_DEADLINE;
-        loop {
-            let (data, _) = tokio::time::timeout_at(deadline, self.sock.recv_from_full())
-                .await
-                .map_err(|_| NftError::Timeout { waiting_for: 1 })?
-                .map_err(io_err("recvmsg"))?;
-            for m in split(&data)? {
-                if m.header.sequence_number != seq {
-                    continue;
-                }
-                match m.payload {
-                    NetlinkPayload::InnerMessage(i) => return Ok(i),
-                    NetlinkPayload::Error(e) if e.code.is_some() => {
-                        let errno = -e.raw_code();
-                        return Err(NftError::Rejected(vec![KernelError {
-                            errno,
-                            object: "request".into(),
-                            reason: explain(errno),
-                            kernel_msg: None,
-                        }]));
-                    }
-                    _ => {}
-                }
+        receive(Source::Tokio(&mut self.sock, Some(deadline)), &mut |m| match m {
+            Incoming::Msg(h, i) if h.sequence_number == seq => {
+                answer = Some(i);
+                Ok(ControlFlow::Break(()))
             }
-        }
+            Incoming::Refused { seq: s, errno, .. } if s == seq => Err(refused("request", errno)),
+            Incoming::Overrun => Err(overrun()),
+            _ => Ok(ControlFlow::Continue(())),
+        })
+        .await
+        .map_err(one_answer)?;
+        // The loop stops only with an answer; should it not, say so as if none came.
+        answer.ok_or(NftError::Timeout { waiting_for: 1 })
     }
 
     /// The ruleset generation (`NFT_MSG_GETGEN`), which moves with every commit.
@@ -355,15 +318,20 @@ impl NftSocket {
     }
 }
 
-fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
-    let mut h = NetlinkHeader::default();
-    h.flags = flags;
-    h.sequence_number = seq;
-    let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(msg));
-    m.finalize();
-    let start = buf.len();
-    buf.resize(start + m.buffer_len(), 0);
-    m.serialize(&mut buf[start..]);
+fn overrun() -> NftError {
+    NftError::Io { op: "recvmsg", source: io::Error::from_raw_os_error(libc::ENOBUFS) }
+}
+
+fn refused(object: &str, errno: i32) -> NftError {
+    NftError::Rejected(vec![KernelError { errno, object: object.into(), reason: explain(errno), kernel_msg: None }])
+}
+
+/// A request with one answer (or one dump) that did not come in time.
+fn one_answer(e: NftError) -> NftError {
+    match e {
+        NftError::Timeout { .. } => NftError::Timeout { waiting_for: 1 },
+        e => e,
+    }
 }
 
 /// Names each refused message, generating the batch again to find them by index.
@@ -387,7 +355,7 @@ where
         }
         idx += 1;
     });
-    for (i, errno, (kmsg, _)) in failed.into_iter().skip(next) {
+    for (i, errno, ExtAck { msg: kmsg, .. }) in failed.into_iter().skip(next) {
         errors.push(KernelError {
             errno,
             object: format!("message #{i} of the batch"),
@@ -398,28 +366,13 @@ where
     errors
 }
 
-/// The extended-ack text and attribute offset of an error, if the kernel sent them.
-type AckTlvs = (Option<String>, Option<u32>);
-
 /// A message the kernel refused: its index in the batch, the errno and the extended ack.
-type Refused = (usize, i32, AckTlvs);
-
-fn ack_tlvs(h: &NetlinkHeader, payload: &[u8]) -> AckTlvs {
-    if h.flags & NLM_F_ACK_TLVS == 0 || payload.len() < NLMSG_HDRLEN {
-        return (None, None);
-    }
-    let Ok(attrs) = wire::parse_attrs(&payload[NLMSG_HDRLEN..]) else {
-        return (None, None);
-    };
-    let msg = attrs.attr(NLMSGERR_ATTR_MSG).and_then(|a| a.as_str().ok());
-    // The offset is a host-endian u32 (netlink core, not nf_tables).
-    let offs = attrs.attr(NLMSGERR_ATTR_OFFS).and_then(|a| a.payload().try_into().ok()).map(u32::from_ne_bytes);
-    (msg, offs)
-}
+type Refused = (usize, i32, ExtAck);
 
 /// Explains a refused message: for rules, which expression the kernel pointed
 /// at, and whether that means a missing chain, set or kernel module.
-fn describe(op: &Op, errno: i32, (kmsg, offs): AckTlvs, sent: &[u8]) -> KernelError {
+fn describe(op: &Op, errno: i32, ext: ExtAck, sent: &[u8]) -> KernelError {
+    let ExtAck { msg: kmsg, offset: offs } = ext;
     let object = op.object.to_string();
     let mut reason = explain(errno);
     if let Object::Rule { .. } = op.object {
@@ -518,10 +471,10 @@ mod tests {
         emit(&mut buf, op.msg.clone(), NLM_F_REQUEST, 1);
         // Point at the numgen expression, as the kernel's extended ack does.
         let offs = buf.windows(7).position(|w| w == b"numgen\0").unwrap();
-        let e = describe(op, libc::ENOENT, (None, Some(u32::try_from(offs).unwrap())), &buf);
+        let e = describe(op, libc::ENOENT, ExtAck { msg: None, offset: Some(u32::try_from(offs).unwrap()) }, &buf);
         assert_eq!(e.reason, "kernel lacks nft_numgen (modprobe nft_numgen)");
         assert!(e.to_string().starts_with("rule #0 of chain c: kernel lacks nft_numgen"));
-        let e = describe(op, libc::EPERM, (None, None), &buf);
+        let e = describe(op, libc::EPERM, ExtAck::default(), &buf);
         assert!(e.to_string().contains("needs CAP_NET_ADMIN"), "{e}");
     }
 }

@@ -14,8 +14,8 @@
 //!   l4proto/nfproto bytes) are host order ([`host_u32`]).
 
 use netlink_packet_core::{
-    DecodeError, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla, NlaBuffer, NlasIterator,
-    NLA_F_NESTED, NLA_TYPE_MASK,
+    DecodeError, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
+    Nla, NlaBuffer, NlasIterator, NLA_F_NESTED, NLA_TYPE_MASK,
 };
 
 /// `NFNL_SUBSYS_NFTABLES`
@@ -217,6 +217,10 @@ impl Attr {
     pub fn bytes(kind: u16, value: impl Into<Vec<u8>>) -> Self {
         Attr { kind, value: AttrValue::Bytes(value.into()) }
     }
+    /// A big-endian u16 (ctnetlink ports and zones).
+    pub fn u16(kind: u16, value: u16) -> Self {
+        Self::bytes(kind, value.to_be_bytes().to_vec())
+    }
     /// A big-endian u32: every integer attribute nf_tables defines.
     pub fn u32(kind: u16, value: u32) -> Self {
         Self::bytes(kind, value.to_be_bytes().to_vec())
@@ -309,6 +313,15 @@ pub fn parse_attrs(buf: &[u8]) -> Result<Vec<Attr>, DecodeError> {
         out.push(Attr::bytes(nla.kind(), nla.value().to_vec()));
     }
     Ok(out)
+}
+
+/// The payload of the first attribute of `kind` in a run of attributes, read in
+/// place (no copy): for walking big answers, such as a conntrack table, entry by entry.
+pub fn find_attr(buf: &[u8], kind: u16) -> Option<&[u8]> {
+    let nla = NlasIterator::new(buf).map_while(Result::ok).find(|a| a.kind() & NLA_TYPE_MASK == kind)?;
+    let len = usize::from(nla.length());
+    // The iterator checked that the attribute's length fits `buf`.
+    nla.into_inner().get(4..len)
 }
 
 /// Lookup helpers over a parsed attribute list.
@@ -408,6 +421,18 @@ impl NetlinkDeserializable for NfMsg {
     }
 }
 
+/// Appends `msg` to `buf` as one netlink message (header, nfgenmsg, attributes).
+pub fn emit(buf: &mut Vec<u8>, msg: NfMsg, flags: u16, seq: u32) {
+    let mut h = NetlinkHeader::default();
+    h.flags = flags;
+    h.sequence_number = seq;
+    let mut m = NetlinkMessage::new(h, NetlinkPayload::InnerMessage(msg));
+    m.finalize();
+    let start = buf.len();
+    buf.resize(start + m.buffer_len(), 0);
+    m.serialize(&mut buf[start..]);
+}
+
 // ---- register data: the byte order of values as the kernel keeps them ----
 
 /// A value the kernel stores as a host integer (mark, ct state, numgen result).
@@ -444,7 +469,6 @@ pub fn len_u32(n: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
 
     #[test]
     fn integer_attributes_are_big_endian_on_every_host() {
