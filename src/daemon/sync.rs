@@ -145,7 +145,12 @@ async fn worker(
         // Batches the event loop sent (a check the event socket asked for is not one).
         let batches = sent + queued.len() as u64;
         let started = Instant::now();
+        let rebuild = req.rebuild || queued.iter().any(|q| q.rebuild);
         let (mut outcome, stale) = syncer.sync(merge(req, queued), batches).await;
+        if rebuild {
+            // The copies of every service and the batch are gone: give their pages back.
+            super::memory::release_free();
+        }
         if dry_run {
             // A dry run prints the whole table each time something changed in it.
             let t = Instant::now();
