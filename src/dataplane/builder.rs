@@ -103,6 +103,15 @@ impl ServicePieces {
         }
     }
 
+    /// Drops the spare capacity the vectors grew while being built: the planner keeps
+    /// the pieces of every service as long as the service exists.
+    pub fn shrink_to_fit(&mut self) {
+        self.sets.shrink_to_fit();
+        self.chains.shrink_to_fit();
+        self.elements.shrink_to_fit();
+        self.shared.shrink_to_fit();
+    }
+
     /// The endpoint counts this service's destinations use (one `service-*-kN` set pair
     /// and rule pair in the skeleton each).
     pub fn endpoint_counts(&self) -> impl Iterator<Item = (IpFamily, u32)> + '_ {

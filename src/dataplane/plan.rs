@@ -198,6 +198,7 @@ impl Planner {
                 let backends = std::mem::take(&mut svc.backends);
                 let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
                 self.claims.claim(&key, &mut pieces);
+                pieces.shrink_to_fit();
                 self.remember(&pieces, &mut shared_new);
                 if !full {
                     after_parts.push(pieces.clone());
