@@ -207,6 +207,11 @@ impl Fake {
         }
     }
 
+    /// The event socket overran with nothing foreign in it (our own big commit did that).
+    pub fn overrun(&mut self) {
+        self.notify(Notify::Overrun, false);
+    }
+
     /// Events not read yet.
     pub fn pending_events(&self) -> usize {
         self.events.len()
@@ -272,26 +277,32 @@ impl Fake {
                 .sets
                 .iter()
                 .filter(|s| !s.anonymous())
-                .map(|s| KernelSet {
-                    name: s.name.clone(),
-                    flags: s.flags,
-                    key_type: s.key_type,
-                    key_len: s.key_len,
-                    data_type: s.data_type,
-                    elements: s.elements.values().cloned().collect(),
+                .map(|s| {
+                    let mut elements: Vec<KernelElement> = s.elements.values().cloned().collect();
+                    elements.sort();
+                    KernelSet {
+                        name: s.name.clone(),
+                        flags: s.flags,
+                        key_type: s.key_type,
+                        key_len: s.key_len,
+                        data_type: s.data_type,
+                        elements,
+                    }
                 })
                 .collect(),
         })
     }
 
-    /// The table with its objects in name order and without rule handles: equal for two
-    /// kernels that hold the same table, whatever the history.
+    /// The table with its objects in name order, without rule handles and with the
+    /// names the kernel chose for anonymous sets masked: equal for two kernels that hold
+    /// the same table, whatever the history.
     pub fn canonical(&self, table: &str) -> Option<KernelTable> {
         let mut t = self.listing(table)?;
         t.chains.sort_by(|a, b| a.name.cmp(&b.name));
         for c in &mut t.chains {
             for r in &mut c.rules {
                 r.handle = 0;
+                r.exprs = r.exprs.iter().map(list::normalize).collect();
             }
         }
         t.sets.sort_by(|a, b| a.name.cmp(&b.name));
@@ -442,8 +453,9 @@ fn apply(
                 match e {
                     Expr::Lookup { set, set_id, .. } | Expr::Dynset { set, set_id, .. } => {
                         // A set of this batch is found by its ID (an anonymous set's name
-                        // is the kernel's to choose), any other by name.
-                        if let Some(name) = set_id.and_then(|id| ids.get(&id)) {
+                        // is the kernel's to choose), any other by name. The kernel
+                        // lists the name only.
+                        if let Some(name) = set_id.take().and_then(|id| ids.get(&id)) {
                             *set = name.clone();
                         }
                         if !t.sets.iter().any(|s| s.name == *set) {

@@ -107,6 +107,12 @@ impl<K: Kernel> Syncer<K> {
         &self.planner
     }
 
+    /// The kernel (tests: the fake, to change it behind the syncer's back).
+    #[cfg(test)]
+    pub fn kernel_mut(&mut self) -> &mut K {
+        self.kernel.as_mut().expect("a syncer with a kernel")
+    }
+
     /// The next foreign change the kernel reports (never, in a dry run).
     pub async fn next_event(&mut self) -> TableEvent {
         match self.kernel.as_mut() {
