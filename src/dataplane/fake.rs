@@ -9,9 +9,11 @@
 //! - Dangling references are refused as the kernel refuses them: an object in a missing
 //!   table, a rule in a missing chain, a lookup of a missing set, a jump (rule or
 //!   verdict element) to a missing chain, deleting a missing object or element →
-//!   `ENOENT`; adding an existing object or element with `NLM_F_EXCL`, a set or chain
-//!   that exists with another type or hook, an element that exists with other data →
-//!   `EEXIST`; deleting a chain something jumps to, or a set a rule looks up → `EBUSY`.
+//!   `ENOENT`; adding an existing object or element with `NLM_F_EXCL`, a set that
+//!   exists with another type, an element that exists with other data → `EEXIST`; a
+//!   base chain that exists with another hook → `EOPNOTSUPP`; deleting a chain
+//!   something jumps to, or a set a rule looks up → `EBUSY`. A test checks each of
+//!   these answers, and the listings after them, against the real kernel.
 //! - Tests can inject faults: a refused batch with any errno (`EBUSY`: another
 //!   transaction was in the way, `ENOENT`: the table went away meanwhile), a foreign
 //!   commit reported by an event, one whose events were lost (socket buffer overrun), or
@@ -73,7 +75,9 @@ impl Table {
     /// Whether a rule or a verdict element jumps to `chain`.
     fn chain_in_use(&self, chain: &str) -> bool {
         let by_rule = self.chains.iter().filter(|c| c.name != chain).flat_map(|c| &c.rules).any(|r| {
-            r.exprs.iter().any(|e| matches!(e, Expr::Immediate { data: Data::Verdict(v), .. } if v.chain.as_deref() == Some(chain)))
+            r.exprs.iter().any(
+                |e| matches!(e, Expr::Immediate { data: Data::Verdict(v), .. } if v.chain.as_deref() == Some(chain)),
+            )
         });
         by_rule || self.sets.iter().any(|s| s.jumps.values().any(|c| c == chain))
     }
@@ -131,12 +135,7 @@ pub struct Fake {
 }
 
 fn refuse(errno: i32, op: &Op, why: impl Into<String>) -> NftError {
-    NftError::Rejected(vec![KernelError {
-        errno,
-        object: op.object.to_string(),
-        reason: why.into(),
-        kernel_msg: None,
-    }])
+    NftError::Rejected(vec![KernelError { errno, object: op.object.to_string(), reason: why.into(), kernel_msg: None }])
 }
 
 /// The attributes as the kernel reads them: serialized, then parsed back.
@@ -297,17 +296,22 @@ impl Fake {
     /// names the kernel chose for anonymous sets masked: equal for two kernels that hold
     /// the same table, whatever the history.
     pub fn canonical(&self, table: &str) -> Option<KernelTable> {
-        let mut t = self.listing(table)?;
-        t.chains.sort_by(|a, b| a.name.cmp(&b.name));
-        for c in &mut t.chains {
-            for r in &mut c.rules {
-                r.handle = 0;
-                r.exprs = r.exprs.iter().map(list::normalize).collect();
-            }
-        }
-        t.sets.sort_by(|a, b| a.name.cmp(&b.name));
-        Some(t)
+        self.listing(table).map(canonical)
     }
+}
+
+/// A listing (the fake's or the kernel's) in a form equal for equal tables: objects in
+/// name order, no rule handles, anonymous set names masked.
+pub fn canonical(mut t: KernelTable) -> KernelTable {
+    t.chains.sort_by(|a, b| a.name.cmp(&b.name));
+    for c in &mut t.chains {
+        for r in &mut c.rules {
+            r.handle = 0;
+            r.exprs = r.exprs.iter().map(list::normalize).collect();
+        }
+    }
+    t.sets.sort_by(|a, b| a.name.cmp(&b.name));
+    t
 }
 
 /// Direct access to a table, to change it behind the daemon's back.
@@ -420,7 +424,7 @@ fn apply(
             match t.chain(&name) {
                 Some(_) if excl => return Err(refuse(EEXIST, op, format!("chain {name} exists"))),
                 Some(c) if hook.is_some() && c.hook != hook => {
-                    return Err(refuse(EEXIST, op, format!("chain {name} exists with another hook")))
+                    return Err(refuse(EOPNOTSUPP, op, format!("chain {name} exists with another hook")))
                 }
                 Some(_) => {}
                 None => t.chains.push(Chain { name, hook, rules: Vec::new() }),
@@ -635,3 +639,7 @@ impl Kernel for Fake {
         self.muted = false;
     }
 }
+
+#[cfg(test)]
+#[path = "fake_tests.rs"]
+mod tests;

@@ -216,7 +216,12 @@ impl<K: Kernel> Syncer<K> {
 
 /// Sends one change: the diff of a partial change; otherwise the difference between
 /// the kernel's listing and the desired table, or the whole table when ours is gone.
-async fn apply<K: Kernel>(k: &mut K, planner: &Planner, change: Option<Change>, table: &str) -> Result<Applied, String> {
+async fn apply<K: Kernel>(
+    k: &mut K,
+    planner: &Planner,
+    change: Option<Change>,
+    table: &str,
+) -> Result<Applied, String> {
     if let Some(Change::Partial { before, after }) = &change {
         match partial_sync_ops(before, after).map_err(|e| e.to_string())? {
             Plan::Partial(ops) if ops.is_empty() => return Ok(Applied::default()),

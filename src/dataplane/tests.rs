@@ -465,7 +465,9 @@ mod against_the_fake {
     }
 
     fn desired(live: &Map<Key, OwnedService>) -> Ruleset {
-        build(&input(live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect()))
+        build(&input(
+            live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect(),
+        ))
     }
 
     fn request(live: &Map<Key, OwnedService>, keys: &[Key], rebuild: bool, check: bool) -> SyncRequest {
