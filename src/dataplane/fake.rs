@@ -88,7 +88,7 @@ impl Table {
     fn drop_unbound_anonymous(&mut self) {
         let used: Vec<String> =
             self.chains.iter().flat_map(|c| &c.rules).flat_map(|r| rule_sets(r).map(str::to_string)).collect();
-        self.sets.retain(|s| !s.anonymous() || used.iter().any(|u| *u == s.name));
+        self.sets.retain(|s| !s.anonymous() || used.contains(&s.name));
     }
 }
 
@@ -127,7 +127,7 @@ pub struct Fake {
     muted: bool,
     /// Our batches the fake committed, and their messages.
     pub commits: usize,
-    pub messages: usize,
+    pub messages: u64,
     /// Batches refused (injected or not).
     pub refused: usize,
     /// Listings asked for.
@@ -252,7 +252,7 @@ impl Fake {
         match self.commit(ops) {
             Ok(()) => {
                 self.commits += 1;
-                self.messages += ops.len();
+                self.messages += ops.len() as u64;
                 Ok(TxStats { messages: ops.len(), ..TxStats::default() })
             }
             Err(e) => {
@@ -389,12 +389,14 @@ fn apply(
     let key = (op.msg.family, tname.clone());
     match kind {
         MsgType::NewTable => {
-            if tables.contains_key(&key) {
-                if excl {
-                    return Err(refuse(EEXIST, op, format!("table {tname} exists")));
+            match tables.entry(key) {
+                std::collections::btree_map::Entry::Occupied(_) if excl => {
+                    return Err(refuse(EEXIST, op, format!("table {tname} exists")))
                 }
-            } else {
-                tables.insert(key, Table::default());
+                std::collections::btree_map::Entry::Occupied(_) => {}
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(Table::default());
+                }
             }
             return Ok(());
         }

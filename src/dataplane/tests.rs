@@ -551,7 +551,7 @@ mod against_the_fake {
         let a = sync(&mut s, &live, std::slice::from_ref(&k), false);
         assert!(a.committed && !a.replaced, "{a:?}");
         assert!(a.messages > 0 && a.messages < 16, "an endpoint change is a few messages: {a:?}");
-        assert!((a.messages as usize) < full_messages / 4);
+        assert!(a.messages < full_messages / 4);
         assert_in_sync(&mut s, &live);
 
         // Gone, then back.
@@ -580,7 +580,7 @@ mod against_the_fake {
         let o = on_event(&mut s).expect("a foreign change asks for a check");
         let a = o.result.unwrap();
         assert!(a.committed && !a.replaced, "{a:?}");
-        assert!(a.messages < 10 && (a.messages as usize) < full_messages / 4, "{a:?} vs {full_messages}");
+        assert!(a.messages < 10 && a.messages < full_messages / 4, "{a:?} vs {full_messages}");
         assert_in_sync(&mut s, &live);
         assert_eq!(o.batches, 0, "a check the event socket asked for answers no batch of the loop");
     }
