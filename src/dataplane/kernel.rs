@@ -94,22 +94,23 @@ impl Kernel for Netlink {
         }
     }
 
-    async fn transact(&mut self, ops: &[Op]) -> Result<TxStats, NftError> {
-        self.sock.transact(ops, None).await
+    // The socket's own futures, not wrapped in one more state machine each (flash).
+    fn transact(&mut self, ops: &[Op]) -> impl Future<Output = Result<TxStats, NftError>> {
+        self.sock.transact(ops, None)
     }
 
-    async fn transact_with<G>(&mut self, gen: G) -> Result<TxStats, NftError>
+    fn transact_with<G>(&mut self, gen: G) -> impl Future<Output = Result<TxStats, NftError>>
     where
         G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>,
     {
-        self.sock.transact_with(None, gen).await
+        self.sock.transact_with(None, gen)
     }
 
-    async fn list_table(&mut self, table: &str) -> Result<Option<KernelTable>, NftError> {
-        nft::list::list_table(&mut self.sock, NFPROTO_INET, table).await
+    fn list_table(&mut self, table: &str) -> impl Future<Output = Result<Option<KernelTable>, NftError>> {
+        nft::list::list_table(&mut self.sock, NFPROTO_INET, table)
     }
 
-    async fn generation(&mut self) -> Result<u32, NftError> {
-        self.sock.generation().await
+    fn generation(&mut self) -> impl Future<Output = Result<u32, NftError>> {
+        self.sock.generation()
     }
 }
