@@ -1,8 +1,36 @@
-//! The kernel as the data plane worker sees it: our nf_tables socket and the event
-//! socket that tells when someone else changed our table.
+//! The kernel as the data plane worker sees it ([`Kernel`]): one atomic batch, a
+//! listing of our table, the ruleset generation, and the events that say someone else
+//! changed our table. [`Netlink`] is the real one (the nf_tables and event sockets);
+//! tests use an in-memory fake that applies batches the way the kernel does
+//! (`dataplane::fake`, test builds only).
 
+use std::future::Future;
+
+use crate::nft::list::KernelTable;
 use crate::nft::lower::{LowerError, Op};
 use crate::nft::{self, EventStream, NftError, NftSocket, TableEvent, TxStats};
+
+/// What the data plane worker needs of the kernel.
+pub trait Kernel {
+    /// Sends `ops` as one atomic batch: all applied, or none.
+    fn transact(&mut self, ops: &[Op]) -> impl Future<Output = Result<TxStats, NftError>>;
+    /// [`Kernel::transact`] for messages `gen` hands to its sink one at a time (a full
+    /// sync: the messages never exist all at once). `gen` must yield the same messages
+    /// each time it is called.
+    fn transact_with<G>(&mut self, gen: G) -> impl Future<Output = Result<TxStats, NftError>>
+    where
+        G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>;
+    /// Our table (`inet TABLE`) as the kernel has it; `None` when it does not exist.
+    fn list_table(&mut self, table: &str) -> impl Future<Output = Result<Option<KernelTable>, NftError>>;
+    /// The ruleset generation: every commit by anyone moves it by one.
+    fn generation(&mut self) -> impl Future<Output = Result<u32, NftError>>;
+    /// The next change to our table someone else made, or a lost-events mark
+    /// ([`TableEvent::Overrun`]). Never resolves without an event source.
+    fn next_event(&mut self) -> impl Future<Output = TableEvent>;
+    /// Stops notifications for our own transactions; false when there are no events.
+    fn mute(&mut self) -> bool;
+    fn unmute(&mut self);
+}
 
 /// `NFPROTO_INET`: the family of our table.
 pub const NFPROTO_INET: u8 = 1;
@@ -34,10 +62,10 @@ impl Netlink {
         log::warn!("nf_tables event socket: {e}; relying on the resync timer");
         self.events = None;
     }
+}
 
-    /// The next change to our table someone else made (never, without an event socket:
-    /// one that fails is dropped).
-    pub async fn next_event(&mut self) -> TableEvent {
+impl Kernel for Netlink {
+    async fn next_event(&mut self) -> TableEvent {
         loop {
             match &mut self.events {
                 Some(ev) => match ev.next_event().await {
@@ -49,9 +77,7 @@ impl Netlink {
         }
     }
 
-    /// Stops notifications for our own transactions (the kernel then builds none);
-    /// false when there is no event socket.
-    pub fn mute(&mut self) -> bool {
+    fn mute(&mut self) -> bool {
         match self.events.as_mut().map(EventStream::mute) {
             Some(Ok(())) => true,
             Some(Err(e)) => {
@@ -62,28 +88,29 @@ impl Netlink {
         }
     }
 
-    pub fn unmute(&mut self) {
+    fn unmute(&mut self) {
         if let Some(Err(e)) = self.events.as_mut().map(EventStream::unmute) {
             self.drop_events(e);
         }
     }
 
-    pub async fn transact(&mut self, ops: &[Op]) -> Result<TxStats, NftError> {
-        self.sock.transact(ops, None).await
+    // The socket's own futures, not wrapped in one more state machine each (flash).
+    fn transact(&mut self, ops: &[Op]) -> impl Future<Output = Result<TxStats, NftError>> {
+        self.sock.transact(ops, None)
     }
 
-    pub async fn transact_with<G>(&mut self, gen: G) -> Result<TxStats, NftError>
+    fn transact_with<G>(&mut self, gen: G) -> impl Future<Output = Result<TxStats, NftError>>
     where
         G: Fn(&mut dyn FnMut(Op)) -> Result<(), LowerError>,
     {
-        self.sock.transact_with(None, gen).await
+        self.sock.transact_with(None, gen)
     }
 
-    pub async fn list_table(&mut self, table: &str) -> Result<Option<nft::list::KernelTable>, NftError> {
-        nft::list::list_table(&mut self.sock, NFPROTO_INET, table).await
+    fn list_table(&mut self, table: &str) -> impl Future<Output = Result<Option<KernelTable>, NftError>> {
+        nft::list::list_table(&mut self.sock, NFPROTO_INET, table)
     }
 
-    pub async fn generation(&mut self) -> Result<u32, NftError> {
-        self.sock.generation().await
+    fn generation(&mut self) -> impl Future<Output = Result<u32, NftError>> {
+        self.sock.generation()
     }
 }

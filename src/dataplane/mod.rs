@@ -7,6 +7,8 @@
 pub mod builder;
 pub mod claims;
 pub mod endpoints;
+#[cfg(test)]
+pub mod fake;
 pub mod kernel;
 pub mod names;
 pub mod plan;

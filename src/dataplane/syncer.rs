@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::builder::Input;
-use super::kernel::Netlink;
+use super::kernel::Kernel;
 use super::plan::{Change, Key, OwnedService, Planner};
 use crate::conntrack::UdpFlowFilter;
 use crate::nft::repair::{repair, Repair};
@@ -87,8 +87,8 @@ fn same_node(a: &Input, b: &Input) -> bool {
 }
 
 /// The planner and the kernel it keeps in step (none in a dry run).
-pub struct Syncer {
-    kernel: Option<Netlink>,
+pub struct Syncer<K> {
+    kernel: Option<K>,
     planner: Planner,
     /// The node's input of the last batch.
     node: Option<Input<'static>>,
@@ -97,14 +97,20 @@ pub struct Syncer {
     our_gen: Option<u32>,
 }
 
-impl Syncer {
-    pub fn new(kernel: Option<Netlink>) -> Self {
+impl<K: Kernel> Syncer<K> {
+    pub fn new(kernel: Option<K>) -> Self {
         Syncer { kernel, planner: Planner::new(), node: None, our_gen: None }
     }
 
     /// The planner (the desired table: `planner().assemble()`).
     pub fn planner(&self) -> &Planner {
         &self.planner
+    }
+
+    /// The kernel (tests: the fake, to change it behind the syncer's back).
+    #[cfg(test)]
+    pub fn kernel_mut(&mut self) -> &mut K {
+        self.kernel.as_mut().expect("a syncer with a kernel")
     }
 
     /// The next foreign change the kernel reports (never, in a dry run).
@@ -210,7 +216,12 @@ impl Syncer {
 
 /// Sends one change: the diff of a partial change; otherwise the difference between
 /// the kernel's listing and the desired table, or the whole table when ours is gone.
-async fn apply(k: &mut Netlink, planner: &Planner, change: Option<Change>, table: &str) -> Result<Applied, String> {
+async fn apply<K: Kernel>(
+    k: &mut K,
+    planner: &Planner,
+    change: Option<Change>,
+    table: &str,
+) -> Result<Applied, String> {
     if let Some(Change::Partial { before, after }) = &change {
         match partial_sync_ops(before, after).map_err(|e| e.to_string())? {
             Plan::Partial(ops) if ops.is_empty() => return Ok(Applied::default()),
