@@ -321,6 +321,8 @@ def cmd_run(a):
 
     def summary(key):
         xs = [r[key] for r in rounds]
+        if not xs:  # --changes 0: the start only (benches/start.sh)
+            return None
         return {"p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs)}
 
     json.dump({

@@ -557,7 +557,7 @@ struct Split {
     base: Ruleset,
     sets: Vec<Vec<Set>>,
     chains: Vec<Vec<(Chain, Vec<Rule>)>>,
-    elements: Vec<Vec<(String, Element)>>,
+    elements: Vec<Vec<(SetName, Element)>>,
     assembled: Ruleset,
 }
 
@@ -565,8 +565,8 @@ impl Split {
     fn new(rs: &Ruleset) -> Split {
         let base = Ruleset { elements: vec![], chains: rs.chains[..3].to_vec(), ..rs.clone() };
         let chains: Vec<Vec<_>> = rs.chains[3..].chunks(7).map(<[_]>::to_vec).collect();
-        let flat: Vec<(String, Element)> =
-            rs.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone(), e.clone()))).collect();
+        let flat: Vec<(SetName, Element)> =
+            rs.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone().into(), e.clone()))).collect();
         let mut elements: Vec<Vec<_>> = flat.chunks(5).map(<[_]>::to_vec).collect();
         let n = chains.len().max(elements.len());
         let mut chains = chains;
@@ -576,7 +576,7 @@ impl Split {
         let extra = set("extra-v4", vec![DataType::Ipv4Addr], None);
         let extra_elems = vec![elem(vec![v4(198, 18, 0, 7)], None), elem(vec![v4(198, 18, 0, 8)], None)];
         sets[n - 1].push(extra.clone());
-        elements[n - 1].extend(extra_elems.iter().map(|e| ("extra-v4".to_string(), e.clone())));
+        elements[n - 1].extend(extra_elems.iter().map(|e| ("extra-v4".into(), e.clone())));
         let mut assembled = rs.clone();
         assembled.sets.push(extra);
         assembled.elements.push(("extra-v4".into(), extra_elems));

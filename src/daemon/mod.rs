@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cluster;
 pub mod handlers;
 pub mod health;
+pub mod memory;
 pub mod node;
 pub mod pod_routes;
 pub mod run;

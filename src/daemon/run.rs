@@ -82,44 +82,42 @@ impl State {
     }
 }
 
-/// Decode what the store read back; a file that no longer decodes stops the daemon
-/// with its name (it is never overwritten).
+/// The typed objects the store read back.
 type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
 
-fn decode_stored(state_dir: &std::path::Path, objs: Vec<Stored>) -> Result<Decoded, String> {
-    let mut services = Vec::new();
-    let mut endpoints = Vec::new();
-    let mut nodes = Vec::new();
-    for o in objs {
-        let file = || {
-            state_dir
-                .join("objects")
-                .join(o.kind.dir())
-                .join(o.kind.ns_dir(&o.namespace))
-                .join(format!("{}.json", o.name))
-                .display()
-                .to_string()
-        };
-        match o.kind {
-            Kind::Service => services.push(
-                crate::model::parse::decode::<Service>(o.object)
-                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-            ),
-            Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(
-                crate::model::parse::decode::<Endpoints>(o.object)
-                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-            )),
-            Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(
-                crate::model::parse::decode::<EndpointSlice>(o.object)
-                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-            )),
-            Kind::Node => nodes.push(
-                crate::model::parse::decode::<Node>(o.object)
-                    .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-            ),
-        }
+/// Decodes one object the store read back, as soon as it is read (the JSON tree is
+/// dropped at once: only one exists at a time); a file that no longer decodes stops
+/// the daemon with its name (it is never overwritten).
+fn decode_stored(state_dir: &std::path::Path, o: Stored, into: &mut Decoded) -> Result<(), String> {
+    let (services, endpoints, nodes) = into;
+    let Stored { kind, namespace, name, object } = o;
+    let file = || {
+        state_dir
+            .join("objects")
+            .join(kind.dir())
+            .join(kind.ns_dir(&namespace))
+            .join(format!("{name}.json"))
+            .display()
+            .to_string()
+    };
+    match kind {
+        Kind::Service => services.push(
+            crate::model::parse::decode::<Service>(object)
+                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+        ),
+        Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(
+            crate::model::parse::decode::<Endpoints>(object)
+                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+        )),
+        Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(
+            crate::model::parse::decode::<EndpointSlice>(object)
+                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+        )),
+        Kind::Node => nodes.push(
+            crate::model::parse::decode::<Node>(object).map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
+        ),
     }
-    Ok((services, endpoints, nodes))
+    Ok(())
 }
 
 /// A dry run's private state directory, removed when the daemon stops.
@@ -154,8 +152,12 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
     // First the lock: nothing (not even removing leftover temp files) may touch a state
     // directory another daemon is using.
     let _lock = crate::store::lock_state_dir(&cfg.state_dir).map_err(|e| e.to_string())?;
-    let (store, objects) = Store::open(&cfg.state_dir).map_err(|e| e.to_string())?;
-    let (services, endpoints, nodes) = decode_stored(&cfg.state_dir, objects)?;
+    let mut decoded: Decoded = Default::default();
+    let store = Store::open_each(&cfg.state_dir, |o| {
+        decode_stored(&cfg.state_dir, o, &mut decoded).map_err(crate::store::StoreError)
+    })
+    .map_err(|e| e.to_string())?;
+    let (services, endpoints, nodes) = decoded;
     let n_services = services.len();
     let (mut registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
     registry.restore_nodes(nodes);

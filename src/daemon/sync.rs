@@ -1,15 +1,13 @@
 //! Keeps the kernel in step with the stored objects, off the event loop.
 //!
 //! A data plane worker thread owns everything that talks to the kernel: the
-//! nf_tables socket, the nf_tables event socket, conntrack, and the planner
-//! (`dataplane::plan`). The event loop only collects which services changed, hands the
-//! worker owned copies of them ([`SyncRequest`]) and reads [`SyncOutcome`]s back: the
-//! API, the health-check listeners and netwatch answer while any sync runs.
-//!
-//! The worker sends only differences: a change is the diff of the changed services'
-//! pieces; a start, the resync timer and a foreign change to our table compare the
-//! kernel's listing with the desired table (`nft::repair`). The table is replaced only
-//! when it is gone or something in it cannot be changed in place.
+//! nf_tables socket, the nf_tables event socket, conntrack, and the planner. The event
+//! loop only collects which services changed, hands the worker owned copies of them
+//! ([`SyncRequest`]) and reads [`SyncOutcome`]s back: the API, the health-check
+//! listeners and netwatch answer while any sync runs. What the worker does with a
+//! batch is pure logic over a kernel interface: `dataplane::syncer` (planning and
+//! claims: `dataplane::plan`, `dataplane::claims`). This file is the daemon's side:
+//! turning its state into batches and the outcomes back into status.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -22,11 +20,11 @@ use super::State;
 use crate::config::Config;
 use crate::conntrack;
 use crate::dataplane::builder::Input;
-use crate::dataplane::plan::{Change, Key, OwnedService, Planner};
+use crate::dataplane::kernel::Netlink;
+use crate::dataplane::plan::{Key, OwnedService};
+use crate::dataplane::syncer::{merge, SyncOutcome, SyncRequest, Syncer};
 use crate::led::LedState;
-use crate::nft::repair::{repair, Repair};
-use crate::nft::sync::{partial_sync_ops, Part, Plan};
-use crate::nft::{self, EventStream, Family, NftSocket, TableEvent};
+use crate::nft::{self, Family, NftSocket};
 
 /// `status.dataplane`.
 #[derive(Debug, Clone, Default)]
@@ -67,42 +65,6 @@ pub fn cleanup(cfg: &Config) -> Result<(), String> {
     })
 }
 
-/// One batch for the worker. Owned: the worker never touches the daemon's state.
-#[derive(Debug)]
-pub struct SyncRequest {
-    /// The node's part of the input (services empty).
-    pub node: Input<'static>,
-    /// Services to rebuild; `None`: gone.
-    pub changed: Vec<(Key, Option<OwnedService>)>,
-    /// Rebuild everything (`changed` holds every service), and compare with the kernel.
-    pub rebuild: bool,
-    /// Compare the kernel's table with the desired one (resync timer), unless nobody
-    /// committed since our last transaction.
-    pub check: bool,
-}
-
-/// What the worker did with a batch.
-#[derive(Debug)]
-pub struct SyncOutcome {
-    pub result: Result<Applied, String>,
-    pub elapsed: Duration,
-    pub conflicts: Vec<String>,
-    /// Services to send again (they waited for a key this batch released).
-    pub waiters: Vec<Key>,
-    /// Batches this outcome answers.
-    pub batches: u64,
-}
-
-/// A successful sync.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Applied {
-    pub messages: u64,
-    /// The table was created or replaced.
-    pub replaced: bool,
-    /// A transaction was sent (a check that found the table as desired sends none).
-    pub committed: bool,
-}
-
 /// The event loop's end of the worker.
 pub struct Worker {
     tx: mpsc::UnboundedSender<SyncRequest>,
@@ -131,7 +93,7 @@ impl Worker {
                     let kernel = if dry_run {
                         None
                     } else {
-                        match Kernel::open(&table) {
+                        match Netlink::open(&table) {
                             Ok(k) => Some(k),
                             Err(e) => {
                                 let _ = ready_tx.send(Err(e));
@@ -149,198 +111,29 @@ impl Worker {
     }
 }
 
-/// The kernel side of the worker.
-struct Kernel {
-    sock: NftSocket,
-    events: Option<EventStream>,
-    /// The ruleset generation our last transaction produced: an unchanged generation
-    /// proves nobody else committed since.
-    our_gen: Option<u32>,
-}
-
-const NFPROTO_INET: u8 = 1;
-
-impl Kernel {
-    fn open(table: &str) -> Result<Kernel, String> {
-        let sock = NftSocket::new().map_err(|e| format!("cannot open the nf_tables netlink socket: {e}"))?;
-        let events = match EventStream::new(NFPROTO_INET, table) {
-            Ok(mut ev) => {
-                ev.ignore_socket(&sock);
-                Some(ev)
-            }
-            Err(e) => {
-                log::warn!("cannot listen to nf_tables events ({e}); drift is repaired by the resync timer only");
-                None
-            }
-        };
-        Ok(Kernel { sock, events, our_gen: None })
-    }
-
-    async fn next_event(&mut self) -> Option<Result<TableEvent, nft::NftError>> {
-        match &mut self.events {
-            Some(ev) => Some(ev.next_event().await),
-            None => std::future::pending().await,
-        }
-    }
-
-    fn drop_events(&mut self, e: impl std::fmt::Display) {
-        log::warn!("nf_tables event socket: {e}; relying on the resync timer");
-        self.events = None;
-    }
-
-    /// Runs one of our transactions with the event group muted (the kernel then builds
-    /// no notifications for it), and tells whether someone else committed meanwhile.
-    async fn commit(&mut self, planner: &Planner, change: Option<Change>, table: &str) -> Result<Applied, String> {
-        let muted = match self.events.as_mut().map(EventStream::mute) {
-            Some(Ok(())) => true,
-            Some(Err(e)) => {
-                self.drop_events(e);
-                false
-            }
-            None => false,
-        };
-        let before = self.sock.generation().await.ok();
-        let r = apply(&mut self.sock, planner, change, table).await;
-        if muted {
-            if let Some(Err(e)) = self.events.as_mut().map(EventStream::unmute) {
-                self.drop_events(e);
-            }
-        }
-        let now = self.sock.generation().await.ok();
-        match &r {
-            Ok(a) if a.committed => {
-                self.our_gen = now;
-                // Our commit is exactly one generation; more means someone else committed
-                // while we were not listening (maybe to another table: we cannot tell).
-                if muted && before.map(|g| g.wrapping_add(1)) != now {
-                    self.our_gen = None;
-                }
-            }
-            Ok(_) => self.our_gen = now,
-            Err(_) => self.our_gen = None,
-        }
-        r
-    }
-
-    /// Whether someone may have committed since our last transaction.
-    async fn foreign_commit(&mut self) -> bool {
-        match (self.sock.generation().await, self.our_gen) {
-            (Ok(now), Some(ours)) => now != ours,
-            _ => true,
-        }
-    }
-}
-
-/// Sends one change: the diff of a partial change; otherwise the difference between
-/// the kernel's listing and the desired table, or the whole table when ours is gone.
-async fn apply(
-    sock: &mut NftSocket,
-    planner: &Planner,
-    change: Option<Change>,
-    table: &str,
-) -> Result<Applied, String> {
-    if let Some(Change::Partial { before, after }) = &change {
-        match partial_sync_ops(before, after).map_err(|e| e.to_string())? {
-            Plan::Partial(ops) if ops.is_empty() => return Ok(Applied::default()),
-            Plan::Partial(ops) => {
-                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
-                return Ok(Applied { messages: stats.messages as u64, replaced: false, committed: true });
-            }
-            Plan::Full(why) => log::debug!("comparing with the kernel: {why}"),
-        }
-    }
-    let skeleton = planner.skeleton().ok_or("nothing planned yet")?;
-    let (mut parts, shared) = planner.parts();
-    parts.push(Part { sets: &[], chains: &[], elements: &shared });
-    let kernel = nft::list::list_table(sock, NFPROTO_INET, table).await.map_err(|e| e.to_string())?;
-    if let Some(k) = kernel {
-        match repair(skeleton, &parts, &k).map_err(|e| e.to_string())? {
-            Repair::Ops(ops) if ops.is_empty() => return Ok(Applied::default()),
-            Repair::Ops(ops) => {
-                let stats = sock.transact(&ops, None).await.map_err(|e| e.to_string())?;
-                return Ok(Applied { messages: stats.messages as u64, replaced: false, committed: true });
-            }
-            Repair::Full(why) => log::info!("replacing table inet {table}: {why}"),
-        }
-    }
-    // Lowered straight from the planner, one message at a time: neither an assembled
-    // copy of the table nor all its messages exist at once.
-    let rep = nft::sync::full_sync_parts(sock, skeleton, &parts).await.map_err(|e| e.to_string())?;
-    Ok(Applied { messages: rep.stats.messages as u64, replaced: true, committed: true })
-}
-
-/// Folds queued batches into one (in one pass: thousands may queue while a long sync
-/// runs): later objects replace earlier ones.
-fn merge(mut first: SyncRequest, rest: Vec<SyncRequest>) -> SyncRequest {
-    if rest.is_empty() {
-        return first;
-    }
-    let mut changed: BTreeMap<Key, Option<OwnedService>> = std::mem::take(&mut first.changed).into_iter().collect();
-    for next in rest {
-        if next.rebuild {
-            changed = next.changed.into_iter().collect();
-            first.rebuild = true;
-        } else {
-            changed.extend(next.changed);
-        }
-        first.check |= next.check;
-        first.node = next.node;
-    }
-    first.changed = changed.into_iter().collect();
-    first
-}
-
 async fn worker(
     mut rx: mpsc::UnboundedReceiver<SyncRequest>,
     tx: mpsc::UnboundedSender<SyncOutcome>,
-    mut kernel: Option<Kernel>,
+    kernel: Option<Netlink>,
 ) {
-    let mut planner = Planner::new();
+    let dry_run = kernel.is_none();
+    let mut syncer = Syncer::new(kernel);
     let mut printed: Option<String> = None;
-    let mut table = String::new();
-    let mut node: Option<Input<'static>> = None;
     // A dry run prints the whole table at each sync, O(table): after printing it waits
     // as long as that took, and what comes meanwhile is merged into one sync, so
     // printing takes at most half a core however fast changes come.
     let mut pause = Duration::ZERO;
     loop {
-        let event = async {
-            match kernel.as_mut() {
-                Some(k) => k.next_event().await,
-                None => std::future::pending().await,
-            }
-        };
         // A request, or drift found by the event socket (a check of the kernel).
         let (req, sent) = tokio::select! {
             r = rx.recv() => match r {
                 Some(r) => (r, 1),
                 None => return,
             },
-            ev = event => {
-                let Some(k) = kernel.as_mut() else { continue };
-                let check = match ev {
-                    Some(Ok(TableEvent::Changed { deleted, by_pid, by_name, .. })) => {
-                        log::warn!(
-                            "table inet {table} was {} by pid {by_pid} ({}); repairing it",
-                            if deleted { "deleted" } else { "changed" },
-                            by_name.as_deref().unwrap_or("?")
-                        );
-                        true
-                    }
-                    // Usually our own big commit overflowed the event socket; ask the kernel.
-                    Some(Ok(TableEvent::Overrun)) => k.foreign_commit().await,
-                    Some(Err(e)) => {
-                        k.drop_events(e);
-                        false
-                    }
-                    None => false,
-                };
-                let Some(n) = node.clone() else { continue };
-                if !check {
-                    continue;
-                }
-                (SyncRequest { node: n, changed: Vec::new(), rebuild: false, check: true }, 0)
-            }
+            ev = syncer.next_event() => match syncer.event(ev).await {
+                Some(r) => (r, 0),
+                None => continue,
+            },
         };
         if !pause.is_zero() {
             tokio::time::sleep(std::mem::take(&mut pause)).await;
@@ -351,71 +144,39 @@ async fn worker(
         }
         // Batches the event loop sent (a check the event socket asked for is not one).
         let batches = sent + queued.len() as u64;
-        let mut req = merge(req, queued);
         let started = Instant::now();
-        table = req.node.table.clone();
-        let planned = (!req.changed.is_empty()
-            || req.rebuild
-            || planner.skeleton().is_none()
-            || node.as_ref().is_some_and(|n| !same_node(n, &req.node)))
-        .then(|| planner.plan(&req.node, std::mem::take(&mut req.changed), req.rebuild));
-        node = Some(req.node.clone());
-        let (change, stale, waiters) = match planned {
-            Some(p) => (Some(p.change), p.stale_udp, p.waiters),
-            None => (None, Vec::new(), Vec::new()),
-        };
-        let full = matches!(change, Some(Change::Full));
-        let result = match kernel.as_mut() {
-            None => {
-                // A dry run prints the whole table each time something changed in it.
-                let t = Instant::now();
-                let text = nft::render::render(&planner.assemble());
-                if printed.as_deref() != Some(text.as_str()) {
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    let now = super::clock::rfc3339(std::time::SystemTime::now());
-                    let _ = writeln!(out, "# nodeportd --dry-run: ruleset at {now}");
-                    let _ = out.write_all(text.as_bytes());
-                    let _ = out.flush();
-                    printed = Some(text);
-                }
-                pause = t.elapsed();
-                Ok(Applied { messages: 0, replaced: full, committed: true })
+        let rebuild = req.rebuild || queued.iter().any(|q| q.rebuild);
+        let (mut outcome, stale) = syncer.sync(merge(req, queued), batches).await;
+        if rebuild {
+            // The copies of every service and the batch are gone: give their pages back.
+            super::memory::release_free();
+        }
+        if dry_run {
+            // A dry run prints the whole table each time something changed in it.
+            let t = Instant::now();
+            let text = nft::render::render(&syncer.planner().assemble());
+            if printed.as_deref() != Some(text.as_str()) {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let now = super::clock::rfc3339(std::time::SystemTime::now());
+                let _ = writeln!(out, "# nodeportd --dry-run: ruleset at {now}");
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+                printed = Some(text);
             }
-            Some(k) => {
-                let skip = change.is_none() && req.check && !k.foreign_commit().await;
-                if skip || (change.is_none() && !req.check) {
-                    Ok(Applied::default())
-                } else {
-                    k.commit(&planner, change, &table).await
-                }
-            }
-        };
-        if result.is_ok() && kernel.is_some() && !stale.is_empty() {
+            pause = t.elapsed();
+            outcome.elapsed = started.elapsed();
+        }
+        if !stale.is_empty() {
             // The conntrack module logs how many it deleted.
             if let Err(e) = conntrack::delete_udp_flows(&stale) {
                 log::warn!("cannot delete stale UDP conntrack entries: {e}");
             }
         }
-        if result.is_err() {
-            // The next batch compares the whole table with the kernel.
-            planner = Planner::new();
-        }
-        let outcome =
-            SyncOutcome { result, elapsed: started.elapsed(), conflicts: planner.conflicts(), waiters, batches };
         if tx.send(outcome).is_err() {
             return;
         }
     }
-}
-
-fn same_node(a: &Input, b: &Input) -> bool {
-    a.table == b.table
-        && a.node_name == b.node_name
-        && a.masquerade_mark == b.masquerade_mark
-        && a.ct_mark == b.ct_mark
-        && a.nodeport_ips_v4 == b.nodeport_ips_v4
-        && a.nodeport_ips_v6 == b.nodeport_ips_v6
 }
 
 fn node_input(st: &State) -> Input<'static> {

@@ -83,10 +83,10 @@ pub struct ServicePieces {
     pub chains: Vec<(Chain, Vec<Rule>)>,
     /// Elements of the skeleton's sets and maps, as (set name, element); their keys are
     /// this service's alone (see `claims`).
-    pub elements: Vec<(String, Element)>,
+    pub elements: Vec<(SetName, Element)>,
     /// Elements other services may add as well (`hairpin-*`: two services can share an
     /// endpoint): present while any service has them.
-    pub shared: Vec<(String, Element)>,
+    pub shared: Vec<(SetName, Element)>,
 }
 
 impl ServicePieces {
@@ -98,9 +98,18 @@ impl ServicePieces {
         for (map, el) in self.elements.into_iter().chain(self.shared) {
             match rs.elements.iter_mut().find(|(name, _)| *name == map) {
                 Some((_, els)) => els.push(el),
-                None => rs.elements.push((map, vec![el])),
+                None => rs.elements.push((map.into_owned(), vec![el])),
             }
         }
+    }
+
+    /// Drops the spare capacity the vectors grew while being built: the planner keeps
+    /// the pieces of every service as long as the service exists.
+    pub fn shrink_to_fit(&mut self) {
+        self.sets.shrink_to_fit();
+        self.chains.shrink_to_fit();
+        self.elements.shrink_to_fit();
+        self.shared.shrink_to_fit();
     }
 
     /// The endpoint counts this service's destinations use (one `service-*-kN` set pair
@@ -667,7 +676,7 @@ fn build_port(input: &Input, facts: &ServiceFacts, sp: &PortSpec, backends: &[Ba
                 return;
             }
             let count = len_u32(targets.len());
-            out.elements.push((names::endpoint_count_set(fam, nodeport, count), plain_element(key.clone())));
+            out.elements.push((names::endpoint_count_set(fam, nodeport, count).into(), plain_element(key.clone())));
             let backends = if nodeport { m.nodeport_backends } else { m.service_backends };
             for (slot, t) in targets.iter().enumerate() {
                 let mut k = key.clone();

@@ -134,7 +134,7 @@ mod tests {
                     if crate::dataplane::names::is_backends_map(map) {
                         key.push(Value::Int(0));
                     }
-                    (map.to_string(), Element { key, data: None, timeout: None })
+                    (map.to_string().into(), Element { key, data: None, timeout: None })
                 })
                 .collect(),
             ..Default::default()

@@ -7,8 +7,12 @@
 pub mod builder;
 pub mod claims;
 pub mod endpoints;
+#[cfg(test)]
+pub mod fake;
+pub mod kernel;
 pub mod names;
 pub mod plan;
+pub mod syncer;
 
 pub use builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 pub use plan::build;

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use crate::conntrack::UdpFlowFilter;
 use crate::model::{Backend, Protocol, Service, ServiceType};
-use crate::nft::ir::{Element, Ruleset};
+use crate::nft::ir::{Element, Ruleset, SetName};
 use crate::nft::sync::Part;
 
 use super::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
@@ -70,7 +70,7 @@ pub struct Planner {
     /// Who holds each destination (`pieces` are what remains after the claims).
     claims: Claims<Key>,
     /// How many services add each shared element, by (set, key).
-    shared: HashMap<(String, Element), u32>,
+    shared: HashMap<(SetName, Element), u32>,
     /// How many destinations use each (family, endpoint count).
     counts: BTreeMap<(IpFamily, u32), u32>,
     udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
@@ -198,6 +198,7 @@ impl Planner {
                 let backends = std::mem::take(&mut svc.backends);
                 let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
                 self.claims.claim(&key, &mut pieces);
+                pieces.shrink_to_fit();
                 self.remember(&pieces, &mut shared_new);
                 if !full {
                     after_parts.push(pieces.clone());
@@ -235,7 +236,7 @@ impl Planner {
     }
 
     /// Counts what `pieces` use; elements that became present go to `added`.
-    fn remember(&mut self, pieces: &ServicePieces, added: &mut Vec<(String, Element)>) {
+    fn remember(&mut self, pieces: &ServicePieces, added: &mut Vec<(SetName, Element)>) {
         for c in pieces.endpoint_counts() {
             *self.counts.entry(c).or_insert(0) += 1;
         }
@@ -249,7 +250,7 @@ impl Planner {
     }
 
     /// Uncounts what `pieces` used; elements nobody uses any more go to `gone`.
-    fn forget(&mut self, pieces: &ServicePieces, gone: &mut Vec<(String, Element)>) {
+    fn forget(&mut self, pieces: &ServicePieces, gone: &mut Vec<(SetName, Element)>) {
         for c in pieces.endpoint_counts() {
             if let Some(n) = self.counts.get_mut(&c) {
                 *n -= 1;
@@ -277,10 +278,10 @@ impl Planner {
 
     /// Every service's objects, borrowed, for a full sync or a comparison with the kernel.
     /// The shared elements come last, once each.
-    pub fn parts(&self) -> (Vec<Part<'_>>, Vec<(String, Element)>) {
+    pub fn parts(&self) -> (Vec<Part<'_>>, Vec<(SetName, Element)>) {
         let parts =
             self.pieces.values().map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &p.elements }).collect();
-        let mut shared: Vec<(String, Element)> = self.shared.keys().cloned().collect();
+        let mut shared: Vec<(SetName, Element)> = self.shared.keys().cloned().collect();
         shared.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
         (parts, shared)
     }
@@ -328,11 +329,11 @@ pub fn build(input: &Input) -> Ruleset {
     p.assemble()
 }
 
-fn push_elements(rs: &mut Ruleset, els: Vec<(String, Element)>) {
+fn push_elements(rs: &mut Ruleset, els: Vec<(SetName, Element)>) {
     for (set, el) in els {
         match rs.elements.iter_mut().find(|(n, _)| *n == set) {
             Some((_, v)) => v.push(el),
-            None => rs.elements.push((set, vec![el])),
+            None => rs.elements.push((set.into_owned(), vec![el])),
         }
     }
 }

@@ -431,3 +431,290 @@ mod planner {
         }
     }
 }
+
+/// The worker's sync and self-heal logic (`Syncer`) against the in-memory kernel
+/// (`dataplane::fake`): what the table holds after each path, and how much was sent.
+mod against_the_fake {
+    use super::*;
+    use crate::dataplane::fake::{Fake, Notify};
+    use crate::dataplane::plan::{Key, OwnedService};
+    use crate::dataplane::syncer::{Applied, SyncOutcome, SyncRequest, Syncer};
+    use crate::nft::list::diff;
+    use crate::nft::lower::Lowerer;
+    use std::collections::BTreeMap as Map;
+
+    const T: &str = "nodeportd";
+
+    fn block<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    fn key(s: &Service) -> Key {
+        (s.namespace().to_string(), s.name().to_string())
+    }
+
+    /// Every golden case, as the event loop would hand it over.
+    fn live() -> Map<Key, OwnedService> {
+        CASES
+            .iter()
+            .map(|c| {
+                let s = svc(c.service);
+                (key(&s), OwnedService { service: s, backends: ports(c.backends) })
+            })
+            .collect()
+    }
+
+    fn desired(live: &Map<Key, OwnedService>) -> Ruleset {
+        build(&input(
+            live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect(),
+        ))
+    }
+
+    fn request(live: &Map<Key, OwnedService>, keys: &[Key], rebuild: bool, check: bool) -> SyncRequest {
+        let changed = if rebuild {
+            live.iter().map(|(k, o)| (k.clone(), Some(o.clone()))).collect()
+        } else {
+            keys.iter().map(|k| (k.clone(), live.get(k).cloned())).collect()
+        };
+        SyncRequest { node: input(vec![]), changed, rebuild, check }
+    }
+
+    /// One batch as the event loop sends it, then the waiters it names.
+    fn sync(s: &mut Syncer<Fake>, live: &Map<Key, OwnedService>, keys: &[Key], rebuild: bool) -> Applied {
+        let (mut o, _) = block(s.sync(request(live, keys, rebuild, false), 1));
+        let mut applied = o.result.clone().unwrap_or_else(|e| panic!("sync failed: {e}"));
+        while !o.waiters.is_empty() {
+            let w = std::mem::take(&mut o.waiters);
+            o = block(s.sync(request(live, &w, false, false), 1)).0;
+            let a = o.result.clone().unwrap_or_else(|e| panic!("sync of waiters failed: {e}"));
+            applied.messages += a.messages;
+        }
+        applied
+    }
+
+    /// What the event socket reports, turned into a check as the worker does.
+    fn on_event(s: &mut Syncer<Fake>) -> Option<SyncOutcome> {
+        assert!(s.kernel_mut().pending_events() > 0, "the fake reported nothing");
+        let req = block(async {
+            let ev = s.next_event().await;
+            s.event(ev).await
+        })?;
+        Some(block(s.sync(req, 0)).0)
+    }
+
+    fn assert_in_sync(s: &mut Syncer<Fake>, live: &Map<Key, OwnedService>) {
+        let kt = s.kernel_mut().listing(T).expect("the table exists");
+        let d = diff(&desired(live), &kt).unwrap();
+        assert!(d.is_empty(), "the fake's table differs from a full build: {d:#?}");
+    }
+
+    fn started(live: &Map<Key, OwnedService>) -> Syncer<Fake> {
+        let mut s = Syncer::new(Some(Fake::new()));
+        let a = sync(&mut s, live, &[], true);
+        assert!(a.replaced && a.committed, "{a:?}");
+        s
+    }
+
+    fn web(live: &Map<Key, OwnedService>) -> Key {
+        live.keys().find(|k| k.1 == "web").expect("the nodeport case is named web").clone()
+    }
+
+    #[test]
+    fn a_full_sync_creates_the_table_and_a_check_without_foreign_commits_sends_nothing() {
+        let live = live();
+        let mut s = started(&live);
+        assert_in_sync(&mut s, &live);
+        let (commits, listings) = (s.kernel_mut().commits, s.kernel_mut().listings);
+        assert_eq!((commits, listings), (1, 1), "one listing (no table), one transaction");
+
+        // The resync timer: nobody committed since, so neither a listing nor a batch.
+        let (o, _) = block(s.sync(request(&live, &[], false, true), 1));
+        let a = o.result.unwrap();
+        assert!(!a.committed && !a.replaced, "{a:?}");
+        assert_eq!((s.kernel_mut().commits, s.kernel_mut().listings), (1, 1));
+        // A restart on the same table (a new planner): compared, found equal, nothing sent.
+        let mut fresh = Syncer::new(Some(std::mem::take(s.kernel_mut())));
+        fresh.kernel_mut().has_events = true;
+        let a = sync(&mut fresh, &live, &[], true);
+        assert!(!a.committed && !a.replaced, "a restart on an intact table sends nothing: {a:?}");
+        assert_in_sync(&mut fresh, &live);
+    }
+
+    #[test]
+    fn an_incremental_change_sends_only_its_difference_and_lists_nothing() {
+        let mut live = live();
+        let mut s = started(&live);
+        let full_messages = s.kernel_mut().messages;
+        let listings = s.kernel_mut().listings;
+        let k = web(&live);
+        live.get_mut(&k).unwrap().backends.insert(String::new(), vec![be("198.18.2.99:8080 ready")]);
+        let a = sync(&mut s, &live, std::slice::from_ref(&k), false);
+        assert!(a.committed && !a.replaced, "{a:?}");
+        assert!(a.messages > 0 && a.messages < 16, "an endpoint change is a few messages: {a:?}");
+        assert!(a.messages < full_messages / 4);
+        assert_in_sync(&mut s, &live);
+
+        // Gone, then back.
+        live.remove(&k);
+        let a = sync(&mut s, &live, std::slice::from_ref(&k), false);
+        assert!(a.committed && !a.replaced);
+        assert_in_sync(&mut s, &live);
+        let back = self::live();
+        live.insert(k.clone(), back[&k].clone());
+        sync(&mut s, &live, std::slice::from_ref(&k), false);
+        assert_in_sync(&mut s, &live);
+        assert_eq!(s.kernel_mut().listings, listings, "the incremental path never lists the table");
+    }
+
+    #[test]
+    fn a_table_changed_behind_our_back_is_repaired_by_difference() {
+        let live = live();
+        let mut s = started(&live);
+        let full_messages = s.kernel_mut().messages;
+        s.kernel_mut().tamper(T, Notify::Event, |t| {
+            assert!(t.remove_element("service-backends-v4", |_| true), "an element to remove");
+            t.add_element("reject-ips-v4", vec![198, 18, 9, 9, 0, 0, 0, 6, 0, 80, 0, 0]);
+            t.add_chain("intruder");
+            t.flush_chain("nat-prerouting");
+        });
+        let o = on_event(&mut s).expect("a foreign change asks for a check");
+        let a = o.result.unwrap();
+        assert!(a.committed && !a.replaced, "{a:?}");
+        assert!(a.messages < 10 && a.messages < full_messages / 4, "{a:?} vs {full_messages}");
+        assert_in_sync(&mut s, &live);
+        assert_eq!(o.batches, 0, "a check the event socket asked for answers no batch of the loop");
+    }
+
+    #[test]
+    fn the_table_is_replaced_only_when_gone_or_foreign() {
+        let live = live();
+        let mut s = started(&live);
+        s.kernel_mut().delete_table(T, Notify::Event);
+        let a = on_event(&mut s).unwrap().result.unwrap();
+        assert!(a.committed && a.replaced, "a deleted table is created again: {a:?}");
+        assert_in_sync(&mut s, &live);
+
+        // A base chain with another priority cannot be changed in place.
+        s.kernel_mut().tamper(T, Notify::Event, |t| t.set_priority("nat-prerouting", 50));
+        let a = on_event(&mut s).unwrap().result.unwrap();
+        assert!(a.committed && a.replaced, "{a:?}");
+        assert_in_sync(&mut s, &live);
+    }
+
+    #[test]
+    fn a_refused_batch_changes_nothing_and_the_retry_repairs_by_difference() {
+        for errno in [libc::EBUSY, libc::ENOENT] {
+            let mut live = live();
+            let mut s = started(&live);
+            let before = s.kernel_mut().canonical(T);
+            let k = web(&live);
+            live.remove(&k);
+            s.kernel_mut().fail_next(errno);
+            let (o, stale) = block(s.sync(request(&live, std::slice::from_ref(&k), false, false), 1));
+            let e = o.result.expect_err("the injected fault fails the batch");
+            assert!(e.contains(&std::io::Error::from_raw_os_error(errno).to_string()), "{e}");
+            assert!(stale.is_empty(), "no conntrack cleanup for a change that did not land");
+            assert_eq!(s.kernel_mut().canonical(T), before, "nothing of a refused batch is applied");
+            // The daemon answers an error with a rebuild (after a backoff).
+            let a = sync(&mut s, &live, &[], true);
+            assert!(a.committed && !a.replaced, "the retry compares and sends the difference: {a:?}");
+            assert!(a.messages < 10, "{a:?}");
+            assert_in_sync(&mut s, &live);
+        }
+    }
+
+    #[test]
+    fn lost_events_are_recovered_by_the_generation_and_a_comparison() {
+        let live = live();
+        let mut s = started(&live);
+        // Our own big commit overflowed the event socket: the generation is ours, no check.
+        s.kernel_mut().overrun();
+        assert!(on_event(&mut s).is_none(), "an overrun with nobody else committing asks for nothing");
+        let listings = s.kernel_mut().listings;
+
+        // Someone changed the table and the event was lost in an overrun.
+        s.kernel_mut().tamper(T, Notify::Overrun, |t| {
+            t.remove_element("nodeport-ips-v4", |_| true);
+        });
+        let a = on_event(&mut s).expect("the generation moved: check").result.unwrap();
+        assert!(a.committed && !a.replaced, "{a:?}");
+        assert_eq!(s.kernel_mut().listings, listings + 1, "compared once");
+        assert_in_sync(&mut s, &live);
+
+        // Someone committed while our own transaction ran with the events muted: the
+        // generation moved by two, so the next overrun (or timer) compares.
+        let mut live2 = live.clone();
+        let k = web(&live2);
+        live2.remove(&k);
+        let l = Lowerer::new(Some(Family::Inet), T);
+        let intruder = Chain { name: "intruder".into(), base: None, comment: None };
+        s.kernel_mut().foreign_during_next(vec![l.new_chain(&intruder)]);
+        sync(&mut s, &live2, std::slice::from_ref(&k), false);
+        assert_eq!(s.kernel_mut().pending_events(), 0, "muted: the foreign commit's event is lost");
+        s.kernel_mut().overrun();
+        let a = on_event(&mut s).expect("our generation is unknown: check").result.unwrap();
+        assert!(a.committed && !a.replaced, "{a:?}");
+        assert_in_sync(&mut s, &live2);
+        // The resync timer does the same without events.
+        s.kernel_mut().tamper(T, Notify::Silent, |t| t.add_chain("intruder"));
+        let (o, _) = block(s.sync(request(&live2, &[], false, true), 1));
+        assert!(o.result.unwrap().committed);
+        assert_in_sync(&mut s, &live2);
+    }
+
+    use proptest::prelude::*;
+
+    /// Endpoints a step can give a service (as in the planner's property test).
+    const POOL: &[&str] = &[
+        "198.18.2.11:8080 ready node=router-1",
+        "198.18.2.12:8080 ready",
+        "198.18.2.13:53 ready node=router-1",
+        "198.18.2.14:8080 serving terminating",
+        "[2001:db8:2::11]:8080 ready node=router-1",
+        "[2001:db8:2::12]:8080 ready",
+    ];
+
+    fn with_endpoints(s: &Service, mask: u8) -> OwnedService {
+        let eps: Vec<Backend> =
+            POOL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| be(e)).collect();
+        let backends = s.spec.ports.iter().map(|p| (p.name.clone().unwrap_or_default(), eps.clone())).collect();
+        OwnedService { service: s.clone(), backends }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        /// Any sequence of updates through the incremental path leaves the kernel (the
+        /// fake, which refuses any batch the kernel would refuse) holding the table a
+        /// full build of the final state gives.
+        #[test]
+        fn incremental_updates_leave_the_kernel_where_a_full_build_does(
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0..CASES.len(), proptest::option::of(0u8..64)), 1..4),
+                1..10,
+            )
+        ) {
+            let svcs = services();
+            let mut live: Map<Key, OwnedService> = Map::new();
+            let mut s = Syncer::new(Some(Fake::new()));
+            sync(&mut s, &live, &[], true);
+            for batch in steps {
+                let mut keys = Vec::new();
+                for (i, mask) in batch {
+                    let k = key(&svcs[i]);
+                    match mask {
+                        Some(m) => { live.insert(k.clone(), with_endpoints(&svcs[i], m)); }
+                        None => { live.remove(&k); }
+                    }
+                    keys.push(k);
+                }
+                let a = sync(&mut s, &live, &keys, false);
+                prop_assert!(!a.replaced, "an update replaced the table");
+            }
+            let mut full = Syncer::new(Some(Fake::new()));
+            sync(&mut full, &live, &[], true);
+            prop_assert_eq!(s.kernel_mut().canonical(T), full.kernel_mut().canonical(T));
+            let d = diff(&desired(&live), &s.kernel_mut().listing(T).unwrap()).unwrap();
+            prop_assert!(d.is_empty(), "{:#?}", d);
+        }
+    }
+}

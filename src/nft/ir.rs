@@ -108,6 +108,10 @@ pub enum Verdict {
     Goto(String),
 }
 
+/// The name of a set or map an element belongs to: most are fixed names, borrowed
+/// rather than copied into every element a planner keeps.
+pub type SetName = std::borrow::Cow<'static, str>;
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Element {
     pub key: Vec<Value>,

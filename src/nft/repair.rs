@@ -68,11 +68,11 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
     // Desired elements per set, encoded as the kernel lists them.
     let mut want_elems: HashMap<&str, Vec<&Element>> = HashMap::new();
     for (set, els) in &base.elements {
-        want_elems.entry(set.as_str()).or_default().extend(els.iter());
+        want_elems.entry(&**set).or_default().extend(els.iter());
     }
     for p in parts {
         for (set, e) in p.elements {
-            want_elems.entry(set.as_str()).or_default().push(e);
+            want_elems.entry(&**set).or_default().push(e);
         }
     }
     let mut new_sets = Vec::new();

@@ -36,7 +36,7 @@ pub struct Part<'a> {
     /// Chains with their rules, after the base's and the earlier parts'.
     pub chains: &'a [(Chain, Vec<Rule>)],
     /// Elements as (set name, element): of the base's sets or of any part's.
-    pub elements: &'a [(String, Element)],
+    pub elements: &'a [(SetName, Element)],
 }
 
 fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, Vec<&'a Element>> {
@@ -46,7 +46,7 @@ fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, V
     }
     for p in parts {
         for (set, e) in p.elements {
-            m.entry(set.as_str()).or_default().push(e);
+            m.entry(&**set).or_default().push(e);
         }
     }
     m
@@ -54,9 +54,13 @@ fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, V
 
 fn check_refs(r: &Ruleset, parts: &[Part<'_>]) -> Result<(), LowerError> {
     let sets: HashSet<&str> = r.sets.iter().chain(parts.iter().flat_map(|p| p.sets)).map(|s| s.name.as_str()).collect();
-    let named = r.elements.iter().map(|(set, _)| set).chain(parts.iter().flat_map(|p| p.elements.iter().map(|e| &e.0)));
+    let named = r
+        .elements
+        .iter()
+        .map(|(set, _)| set.as_str())
+        .chain(parts.iter().flat_map(|p| p.elements.iter().map(|e| &*e.0)));
     for set in named {
-        if !sets.contains(set.as_str()) {
+        if !sets.contains(set) {
             return Err(LowerError {
                 object: format!("elements of set {set}"),
                 reason: "the ruleset declares no such set".into(),
@@ -290,10 +294,10 @@ mod tests {
     fn streamed_parts_yield_the_messages_of_the_assembled_ruleset() {
         let whole = synthetic(30, 3);
         let base = Ruleset { elements: vec![], chains: whole.chains[..2].to_vec(), ..whole.clone() };
-        let flat: Vec<(String, Element)> =
-            whole.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone(), e.clone()))).collect();
+        let flat: Vec<(SetName, Element)> =
+            whole.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone().into(), e.clone()))).collect();
         let chains: Vec<&[(Chain, Vec<Rule>)]> = whole.chains[2..].chunks(4).collect();
-        let elems: Vec<&[(String, Element)]> = flat.chunks(3).collect();
+        let elems: Vec<&[(SetName, Element)]> = flat.chunks(3).collect();
         let parts: Vec<Part> = (0..chains.len().max(elems.len()))
             .map(|i| Part {
                 sets: &[],
@@ -308,7 +312,7 @@ mod tests {
         assert!(collected.len() > 100);
         assert_eq!(streamed, collected);
 
-        let orphan = [("nope".to_string(), whole.elements[0].1[0].clone())];
+        let orphan = [("nope".into(), whole.elements[0].1[0].clone())];
         let parts = [Part { elements: &orphan, ..Part::default() }];
         let e = full_sync_each(&base, &parts, &mut |_| {}).unwrap_err();
         assert!(e.to_string().contains("nope"), "{e}");

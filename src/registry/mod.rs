@@ -104,8 +104,38 @@ type Key = (String, String);
 /// never free a value another Service owns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Held {
-    ports: BTreeSet<u16>,
-    ips: BTreeSet<IpAddr>,
+    ports: Few<u16>,
+    ips: Few<IpAddr>,
+}
+
+/// A small sorted set: a Service holds a few ports and addresses, and a `BTreeSet`
+/// allocates a whole 11-entry node for the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Few<T>(Vec<T>);
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few(Vec::new())
+    }
+}
+
+impl<T: Ord + Copy> Few<T> {
+    fn insert(&mut self, v: T) -> bool {
+        match self.0.binary_search(&v) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, v);
+                true
+            }
+        }
+    }
+    fn contains(&self, v: &T) -> bool {
+        self.0.binary_search(v).is_ok()
+    }
+    /// The values of `self` not in `other`, in order.
+    fn difference<'a>(&'a self, other: &'a Few<T>) -> impl Iterator<Item = &'a T> + 'a {
+        self.0.iter().filter(move |v| !other.contains(v))
+    }
 }
 
 /// Values taken during one request, released again if it fails.
@@ -121,13 +151,17 @@ pub struct Registry {
     /// At most one per family, IPv4 first (as the config orders them): the first is
     /// the primary family for services that do not ask for one.
     cluster_ips: Vec<IpAllocator>,
-    services: BTreeMap<Key, Service>,
+    /// Boxed, like `slices`: a map node holds 11 entries, mostly unused, and a Service
+    /// is ~700 bytes; boxed, the node holds pointers.
+    services: BTreeMap<Key, Box<Service>>,
     held: BTreeMap<Key, Held>,
     endpoints: BTreeMap<Key, Endpoints>,
-    slices: BTreeMap<Key, EndpointSlice>,
+    slices: BTreeMap<Key, Box<EndpointSlice>>,
     /// (namespace, `kubernetes.io/service-name`) → slice names: finding a service's
-    /// slices must not scan every slice (a sync would cost O(all) per service).
-    slices_of: BTreeMap<Key, BTreeSet<String>>,
+    /// slices must not scan every slice (a sync would cost O(all) per service). The names
+    /// are a sorted vector: most services have one slice, and a one-entry set costs a
+    /// whole tree node.
+    slices_of: BTreeMap<Key, Vec<String>>,
     /// Nodes by name (cluster-scoped), for pod routes.
     nodes: BTreeMap<String, Node>,
     problems: Vec<(Key, String)>,
@@ -296,7 +330,7 @@ impl Registry {
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
             reg.held.insert(key.clone(), held);
-            reg.services.insert(key, svc);
+            reg.services.insert(key, Box::new(svc));
         }
         for obj in endpoints {
             match obj {
@@ -335,16 +369,21 @@ impl Registry {
         let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
         self.take_slice(&key);
         if let Some(owner) = Self::slice_owner(&s) {
-            self.slices_of.entry(owner).or_default().insert(key.1.clone());
+            let names = self.slices_of.entry(owner).or_default();
+            if let Err(at) = names.binary_search(&key.1) {
+                names.insert(at, key.1.clone());
+            }
         }
-        self.slices.insert(key, s);
+        self.slices.insert(key, Box::new(s));
     }
 
     fn take_slice(&mut self, key: &Key) -> Option<EndpointSlice> {
-        let s = self.slices.remove(key)?;
+        let s = *self.slices.remove(key)?;
         if let Some(owner) = Self::slice_owner(&s) {
             if let Some(names) = self.slices_of.get_mut(&owner) {
-                names.remove(&key.1);
+                if let Ok(at) = names.binary_search(&key.1) {
+                    names.remove(at);
+                }
                 if names.is_empty() {
                     self.slices_of.remove(&owner);
                 }
@@ -360,7 +399,7 @@ impl Registry {
             .get(&owner)
             .into_iter()
             .flatten()
-            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())))
+            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())).map(|s| &**s))
             .collect()
     }
 
@@ -379,8 +418,11 @@ impl Registry {
     /// The caller keeps the old registry (and config) on error.
     pub fn reconfigure(&self, range: PortRange, cidrs: &[IpNet]) -> Result<Registry, String> {
         let objs = self.endpoints_objects();
-        let (mut reg, problems) =
-            Registry::restore_inner(Registry::new(range, cidrs), self.services.values().cloned().collect(), objs);
+        let (mut reg, problems) = Registry::restore_inner(
+            Registry::new(range, cidrs),
+            self.services.values().map(|s| (**s).clone()).collect(),
+            objs,
+        );
         let known = self.problems();
         let new: Vec<&String> = problems.iter().filter(|p| !known.contains(p)).collect();
         if !new.is_empty() {
@@ -396,7 +438,7 @@ impl Registry {
             .values()
             .cloned()
             .map(EndpointsObject::Endpoints)
-            .chain(self.slices.values().cloned().map(EndpointsObject::Slice))
+            .chain(self.slices.values().map(|e| EndpointsObject::Slice((**e).clone())))
             .collect()
     }
 
@@ -523,19 +565,19 @@ impl Registry {
     pub fn get_service(&self, ns: &str, name: &str) -> Result<Service, ApiError> {
         self.services
             .get(&(ns.to_string(), name.to_string()))
-            .cloned()
+            .map(|s| (**s).clone())
             .ok_or_else(|| ApiError::not_found("services", name))
     }
 
     /// Every service, by reference, sorted by namespace and name (no copies: a full
     /// rebuild or recheck walks them all).
     pub fn services(&self) -> impl Iterator<Item = &Service> {
-        self.services.values()
+        self.services.values().map(|s| &**s)
     }
 
     /// Sorted by namespace, then name; every namespace when `ns` is `None`.
     pub fn list_services(&self, ns: Option<&str>) -> Vec<Service> {
-        self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| s.clone()).collect()
+        self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| (**s).clone()).collect()
     }
 
     /// Deletes a Service now (prepare and commit in one step, for callers that persist
@@ -582,7 +624,7 @@ impl Registry {
             .as_ref()
             .map(|s| s.load_balancer.ingress.clone())
             .filter(|i| !i.is_empty() && svc.service_type() == ServiceType::LoadBalancer);
-        let old = self.services.get(&key).cloned();
+        let old = self.services.get(&key).map(|s| (**s).clone());
         let prev = self.held_by(&key);
         let mut taken = Taken::default();
         let held = match self.plan_service(&mut svc, old.as_ref(), &prev, &mut taken) {
@@ -701,7 +743,7 @@ impl Registry {
                 e.api_version = Some("discovery.k8s.io/v1".into());
                 crate::model::strategy::default_endpoint_slice(&mut e);
                 let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
-                let old = self.slices.get(&key);
+                let old = self.slices.get(&key).map(|s| &**s);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
                 if old == Some(&e) {
                     let obj = Object::Endpoints(EndpointsObject::Slice(e));
@@ -726,8 +768,7 @@ impl Registry {
             EndpointsKind::EndpointSlice => self
                 .slices
                 .get(&key)
-                .cloned()
-                .map(EndpointsObject::Slice)
+                .map(|e| EndpointsObject::Slice((**e).clone()))
                 .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
         }
     }
@@ -742,7 +783,9 @@ impl Registry {
             );
         }
         if kind != Some(EndpointsKind::Endpoints) {
-            out.extend(self.slices.iter().filter(|(k, _)| in_ns(k)).map(|(_, e)| EndpointsObject::Slice(e.clone())));
+            out.extend(
+                self.slices.iter().filter(|(k, _)| in_ns(k)).map(|(_, e)| EndpointsObject::Slice((**e).clone())),
+            );
         }
         out
     }

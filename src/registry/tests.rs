@@ -1187,7 +1187,7 @@ fn first_address_is_reserved_for_default_kubernetes() {
     // Deleting it keeps the address reserved; a restore gives it back without a conflict.
     let (r2, problems) = Registry::restore(range(), &v4(), vec![k.clone()], vec![]);
     assert!(problems.is_empty(), "{problems:?}");
-    assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, [first].into());
+    assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, super::Few(vec![first]));
     r.delete_service("default", "kubernetes").unwrap();
     assert!(r.cluster_ips[0].is_allocated(first));
 

@@ -123,7 +123,7 @@ impl Registry {
                     self.release(&prev, &held);
                     self.held.insert(key.clone(), held);
                     self.problems.retain(|(k, _)| *k != key);
-                    self.services.insert(key, svc.clone());
+                    self.services.insert(key, Box::new(svc.clone()));
                 }
             }
             Some(Change::DeleteService { key }) => {
@@ -164,7 +164,8 @@ impl Registry {
     pub fn prepare_delete_service(&mut self, ns: &str, name: &str) -> Result<Prepared, ApiError> {
         self.settle();
         let key = (ns.to_string(), name.to_string());
-        let svc = self.services.get(&key).cloned().ok_or_else(|| ApiError::not_found("services", name))?;
+        let svc =
+            self.services.get(&key).map(|s| (**s).clone()).ok_or_else(|| ApiError::not_found("services", name))?;
         Ok(self.prepared(
             Action::Configured,
             Some(Change::DeleteService { key }),

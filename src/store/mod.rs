@@ -224,9 +224,24 @@ fn safe_component(s: &str) -> bool {
 impl Store {
     /// Open (creating if needed) the state directory and read every stored object.
     pub fn open(state_dir: &Path) -> Result<(Store, Vec<Stored>), StoreError> {
+        let mut objects = Vec::new();
+        let store = Store::open_each(state_dir, |o| {
+            objects.push(o);
+            Ok(())
+        })?;
+        Ok((store, objects))
+    }
+
+    /// Like [`Store::open`], handing each object to `each` as soon as it is read (in the
+    /// same order), so that only one file's bytes and JSON tree exist at a time. An error
+    /// from `each` stops the read and is returned as it is.
+    pub fn open_each(
+        state_dir: &Path,
+        mut each: impl FnMut(Stored) -> Result<(), StoreError>,
+    ) -> Result<Store, StoreError> {
         let root = state_dir.join("objects");
         fs::create_dir_all(&root).map_err(|e| io_err(&root, "cannot create state directory", e))?;
-        let mut objects = Vec::new();
+        let mut buf = Vec::new();
         for kind in Kind::ALL {
             let kdir = root.join(kind.dir());
             fs::create_dir_all(&kdir).map_err(|e| io_err(&kdir, "cannot create directory", e))?;
@@ -242,12 +257,12 @@ impl Store {
                         continue;
                     }
                     let Some(name) = fname.strip_suffix(".json") else { continue };
-                    let object = read_object(&file)?;
-                    objects.push(Stored { kind, namespace: namespace.clone(), name: name.to_string(), object });
+                    let object = read_object(&file, &mut buf)?;
+                    each(Stored { kind, namespace: namespace.clone(), name: name.to_string(), object })?;
                 }
             }
         }
-        Ok((Store { root, writes: 0, dir_syncs: 0, fault: None }, objects))
+        Ok(Store { root, writes: 0, dir_syncs: 0, fault: None })
     }
 
     fn path(&self, kind: Kind, namespace: &str, name: &str) -> Result<(PathBuf, PathBuf), StoreError> {
@@ -466,9 +481,12 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     Ok(v)
 }
 
-fn read_object(file: &Path) -> Result<Value, StoreError> {
-    let bytes = fs::read(file).map_err(|e| io_err(file, "cannot read state file", e))?;
-    let env: Envelope = serde_json::from_slice(&bytes)
+/// Reads one state file; `buf` is reused from file to file.
+fn read_object(file: &Path, buf: &mut Vec<u8>) -> Result<Value, StoreError> {
+    use std::io::Read;
+    buf.clear();
+    File::open(file).and_then(|mut f| f.read_to_end(buf)).map_err(|e| io_err(file, "cannot read state file", e))?;
+    let env: Envelope = serde_json::from_slice(buf)
         .map_err(|e| StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display())))?;
     if env.schema != SCHEMA {
         return Err(StoreError(format!(
@@ -502,6 +520,33 @@ mod tests {
         s2.delete(Kind::Service, "default", "web").unwrap();
         let (_, objs) = Store::open(dir.path()).unwrap();
         assert_eq!(objs.len(), 1);
+    }
+
+    #[test]
+    fn open_each_hands_objects_over_in_order_and_stops_at_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::open(dir.path()).unwrap();
+        for name in ["b", "a", "c"] {
+            s.put(Kind::Service, "default", name, &json!({"n": name})).unwrap();
+        }
+        let mut seen = Vec::new();
+        Store::open_each(dir.path(), |o| {
+            seen.push(o.name);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, ["a", "b", "c"]);
+        seen.clear();
+        let e = Store::open_each(dir.path(), |o| {
+            seen.push(o.name.clone());
+            if o.name == "b" {
+                return Err(StoreError(format!("{}: refused", o.name)));
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(e.0, "b: refused");
+        assert_eq!(seen, ["a", "b"], "nothing is read after the error");
     }
 
     #[test]

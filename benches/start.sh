@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The daemon's start on persisted state, alone (issue 11: memory at rest and process
+# start -> in sync); a benchmark, not a test. A narrower benches/daemon.sh: no anchor, no
+# changes, but the same steps and measurements (benches/daemon.py `load` and `run`).
+#
+#   sudo benches/start.sh N [RUNS]     # N services x 3 endpoints, RUNS starts (default 3)
+#
+# Loads N Services + N EndpointSlices through the socket once (state dir on tmpfs), then
+# starts the daemon RUNS times on that state, each in a fresh network namespace, and
+# prints one JSON line per start: start -> socket, start -> in sync, the worker's first
+# full sync, VmRSS at rest (2 s after it settled) and VmHWM (the peak).
+#
+# Environment: NODEPORTD_BIN (skip `cargo build --release`; may be a wrapper script, e.g.
+# one that runs the daemon under heaptrack), STATE (reuse a state directory made by an
+# earlier run with KEEP=1 instead of loading), KEEP=1 (keep the scratch directory).
+set -euo pipefail
+
+if [ "$(id -u)" != 0 ]; then
+    echo "benches/start.sh: run as root (network namespaces, nftables)" >&2
+    exit 1
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here")
+py="$here/daemon.py"
+n=${1:?usage: benches/start.sh N [RUNS]}
+runs=${2:-3}
+prefix="npst$$"
+
+bin=${NODEPORTD_BIN:-}
+if [ -z "$bin" ]; then
+    (cd "$root" && cargo build --release --bin nodeportd)
+    bin="$root/target/release/nodeportd"
+fi
+
+work=$(mktemp -d /dev/shm/npstart.XXXXXX)
+namespaces=()
+daemon_pid=""
+cleanup() {
+    if [ -n "$daemon_pid" ]; then
+        kill -TERM "$daemon_pid" 2>/dev/null || true
+        wait "$daemon_pid" 2>/dev/null || true
+    fi
+    for ns in "${namespaces[@]}"; do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    if [ "${KEEP:-0}" = 1 ]; then
+        echo "scratch kept in $work (state: $work/state)" >&2
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+mkns() {
+    ip netns add "$1"
+    namespaces+=("$1")
+    ip -n "$1" link set lo up
+    ip -n "$1" link add "${prefix}a" type veth peer name "${prefix}b"
+    ip -n "$1" addr add 198.18.0.1/24 dev "${prefix}a"
+    ip -n "$1" link set "${prefix}a" up
+    ip -n "$1" link set "${prefix}b" up
+}
+delns() {
+    ip netns del "$1"
+    local keep=() ns
+    for ns in "${namespaces[@]}"; do
+        [ "$ns" = "$1" ] || keep+=("$ns")
+    done
+    namespaces=("${keep[@]}")
+}
+
+cfg="$work/nodeportd.toml"
+sock="$work/nodeportd.sock"
+if [ -n "${STATE:-}" ]; then
+    cp -a "$STATE" "$work/state"
+fi
+cat >"$cfg" <<EOF
+node_name = "bench-node"
+socket = "$sock"
+state_dir = "$work/state"
+service_cluster_ip_ranges = ["198.19.0.0/16"]
+nodeport_addresses = ["198.18.0.0/15"]
+table = "nodeportd"
+resync_interval_seconds = 86400
+log_level = "info"
+EOF
+
+echo "# $("$bin" --version 2>/dev/null || echo "$bin"), kernel $(uname -r), $(nproc) CPUs," \
+    "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+if [ -z "${STATE:-}" ]; then
+    echo "== loading $n services through the socket" >&2
+    mkns "${prefix}-l"
+    ip netns exec "${prefix}-l" "$bin" --config "$cfg" >>"$work/load.log" 2>&1 &
+    daemon_pid=$!
+    python3 "$py" load --socket "$sock" --n "$n" >&2
+    kill -TERM "$daemon_pid"
+    wait "$daemon_pid" || true
+    daemon_pid=""
+    delns "${prefix}-l"
+fi
+
+for r in $(seq 1 "$runs"); do
+    mkns "${prefix}-d$r"
+    python3 "$py" run --netns "${prefix}-d$r" --bin "$bin" --config "$cfg" --socket "$sock" \
+        --log "$work/run.log" --n "$n" --changes 0 |
+        python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({k: r[k] for k in (
+            "n", "start_to_socket_ms", "start_to_in_sync_ms", "first_sync_ms", "first_messages",
+            "rss_idle_kib", "hwm_kib", "status_during_sync_ms")}))'
+    delns "${prefix}-d$r"
+done
