@@ -16,6 +16,6 @@ pub const OWNER_ANNOTATION: &str = "nodeportd.io/owner";
 pub const OWNER_CLUSTER: &str = "cluster";
 
 /// Whether stored metadata marks an object as the cluster's.
-pub fn cluster_owned(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+pub fn cluster_owned(annotations: &crate::model::SmallMap) -> bool {
     annotations.get(OWNER_ANNOTATION).is_some_and(|v| v == OWNER_CLUSTER)
 }

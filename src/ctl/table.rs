@@ -3,7 +3,6 @@
 //! Column rules follow what `kubectl get` prints so people read them without thinking:
 //! three spaces between columns, `<none>` for empty cells, AGE as kubectl shortens it.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use crate::model::{EndpointSlice, Endpoints, Node, Service, ServiceType};
@@ -184,7 +183,7 @@ pub fn external_ip(svc: &Service, wide: bool) -> String {
     }
 }
 
-fn selector(sel: Option<&BTreeMap<String, String>>) -> String {
+fn selector(sel: Option<&crate::model::SmallMap>) -> String {
     let parts: Vec<String> = sel.into_iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
     or_none(parts.join(","))
 }

@@ -770,7 +770,7 @@ pub fn services_of(obj: &EndpointsObject) -> BTreeSet<(String, String)> {
         }
         EndpointsObject::Slice(s) => {
             if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
-                out.insert((s.metadata.ns().to_string(), svc.clone()));
+                out.insert((s.metadata.ns().to_string(), svc.to_string()));
             }
         }
     }
@@ -929,7 +929,7 @@ mod tests {
         let r = persist_and_commit(&mut reg, &mut store, vec![p]).pop().unwrap().unwrap();
         assert!(r.error.unwrap().message.contains("not confirmed durable"));
         let served = reg.get_service("default", "web").unwrap();
-        assert_eq!(served.metadata.annotations.get("note").map(String::as_str), Some("v2"));
+        assert_eq!(served.metadata.annotations.get("note"), Some("v2"));
         store.set_fault_hook(None);
         let (_, objs) = Store::open(dir.path()).unwrap();
         assert_eq!(objs[0].object["metadata"]["annotations"]["note"], "v2");

@@ -8,16 +8,16 @@ pub mod error;
 pub mod names;
 pub mod node;
 pub mod parse;
+pub mod smallmap;
 pub mod strategy;
 pub mod validate;
-
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, Reason};
 pub use node::{validate_node, Node};
 pub use parse::{parse_and_validate, parse_object, AnyObject};
+pub use smallmap::SmallMap;
 
 /// `metadata` of every object we store.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,10 +36,10 @@ pub struct ObjectMeta {
     /// `null` in what `kubectl --dry-run=client` prints; filled in when stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub labels: SmallMap,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub annotations: SmallMap,
 }
 
 impl ObjectMeta {
@@ -78,7 +78,7 @@ pub struct ServiceSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<ServicePort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<BTreeMap<String, String>>,
+    pub selector: Option<SmallMap>,
     /// `ClusterIP` (default), `NodePort`, `LoadBalancer`, `ExternalName`.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub type_: Option<String>,

@@ -22,7 +22,7 @@
 //! `addressType: FQDN` EndpointSlices (nodeportd DNATs to addresses and cannot resolve
 //! names).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fmt::Display;
 
 use super::names;
@@ -114,7 +114,7 @@ impl<'a> Errs<'a> {
 
     /// Label keys and values, of `metadata.labels` or a selector: the field path is
     /// the map's, without the key (apimachinery's `ValidateLabels`).
-    fn labels(&mut self, field: &str, labels: &BTreeMap<String, String>) {
+    fn labels(&mut self, field: &str, labels: &super::SmallMap) {
         for (k, v) in labels {
             if let Err(e) = names::qualified_name(k) {
                 self.invalid_str(field, k, &e);

@@ -361,7 +361,7 @@ impl Registry {
 
     fn slice_owner(s: &EndpointSlice) -> Option<Key> {
         let svc = s.metadata.labels.get(crate::model::SERVICE_NAME_LABEL)?;
-        Some((s.metadata.ns().to_string(), svc.clone()))
+        Some((s.metadata.ns().to_string(), svc.to_string()))
     }
 
     /// Store a slice, keeping `slices_of` in step.
@@ -468,7 +468,7 @@ impl Registry {
     }
 
     /// The annotations of a stored object (a Node's namespace is ignored).
-    pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&BTreeMap<String, String>> {
+    pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&crate::model::SmallMap> {
         let key = (ns.to_string(), name.to_string());
         match kind {
             ObjKind::Service => self.services.get(&key).map(|s| &s.metadata.annotations),
@@ -483,7 +483,7 @@ impl Registry {
     pub fn keys_where(
         &self,
         kind: ObjKind,
-        pred: impl Fn(&BTreeMap<String, String>) -> bool,
+        pred: impl Fn(&crate::model::SmallMap) -> bool,
     ) -> BTreeSet<(String, String)> {
         match kind {
             ObjKind::Service => {

@@ -29,8 +29,7 @@ impl Objects {
     pub fn backends(&self, svc: &Service) -> BTreeMap<String, Vec<Backend>> {
         let mut out: BTreeMap<String, Vec<Backend>> = BTreeMap::new();
         let mine = self.slices.iter().filter(|s| {
-            s.metadata.ns() == svc.namespace()
-                && s.metadata.labels.get(SERVICE_NAME_LABEL).map(String::as_str) == Some(svc.name())
+            s.metadata.ns() == svc.namespace() && s.metadata.labels.get(SERVICE_NAME_LABEL) == Some(svc.name())
         });
         for slice in mine {
             for sp in &svc.spec.ports {
