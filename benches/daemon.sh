@@ -47,48 +47,9 @@ mkdir -p "$root/target/bench-daemon"
 results=${RESULTS:-$root/target/bench-daemon/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 : >"$results"
 
-# tmpfs: the state store fsyncs every object; flash wear is not what this measures.
-work=$(mktemp -d /dev/shm/npdbench.XXXXXX)
-namespaces=()
-daemon_pid=""
-
-cleanup() {
-    if [ -n "$daemon_pid" ]; then
-        kill -TERM "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-    fi
-    for ns in "${namespaces[@]}"; do
-        ip netns del "$ns" 2>/dev/null || true
-    done
-    if [ "${KEEP:-0}" = 1 ]; then
-        echo "scratch kept in $work" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A namespace with the node's address on a veth link (nodeport_addresses selects it;
-# a veth pair inside the namespace, as not every kernel has the dummy driver).
-mkns() {
-    ip netns add "$1"
-    namespaces+=("$1")
-    ip -n "$1" link set lo up
-    ip -n "$1" link add "${prefix}a" type veth peer name "${prefix}b"
-    ip -n "$1" addr add 198.18.0.1/24 dev "${prefix}a"
-    ip -n "$1" link set "${prefix}a" up
-    ip -n "$1" link set "${prefix}b" up
-}
-
-delns() {
-    ip netns del "$1"
-    local keep=() ns
-    for ns in "${namespaces[@]}"; do
-        [ "$ns" = "$1" ] || keep+=("$ns")
-    done
-    namespaces=("${keep[@]}")
-}
+work_prefix=npdbench
+# shellcheck source=benches/netns.sh
+. "$here/netns.sh"
 
 echo "# nodeportd $("$bin" --version | cut -d' ' -f2), $(nft --version), kernel $(uname -r)," \
     "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -32,43 +32,9 @@ if [ -z "$bin" ]; then
     bin="$root/target/release/nodeportd"
 fi
 
-work=$(mktemp -d /dev/shm/npstart.XXXXXX)
-namespaces=()
-daemon_pid=""
-cleanup() {
-    if [ -n "$daemon_pid" ]; then
-        kill -TERM "$daemon_pid" 2>/dev/null || true
-        wait "$daemon_pid" 2>/dev/null || true
-    fi
-    for ns in "${namespaces[@]}"; do
-        ip netns del "$ns" 2>/dev/null || true
-    done
-    if [ "${KEEP:-0}" = 1 ]; then
-        echo "scratch kept in $work (state: $work/state)" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-mkns() {
-    ip netns add "$1"
-    namespaces+=("$1")
-    ip -n "$1" link set lo up
-    ip -n "$1" link add "${prefix}a" type veth peer name "${prefix}b"
-    ip -n "$1" addr add 198.18.0.1/24 dev "${prefix}a"
-    ip -n "$1" link set "${prefix}a" up
-    ip -n "$1" link set "${prefix}b" up
-}
-delns() {
-    ip netns del "$1"
-    local keep=() ns
-    for ns in "${namespaces[@]}"; do
-        [ "$ns" = "$1" ] || keep+=("$ns")
-    done
-    namespaces=("${keep[@]}")
-}
+work_prefix=npstart
+# shellcheck source=benches/netns.sh
+. "$here/netns.sh"
 
 cfg="$work/nodeportd.toml"
 sock="$work/nodeportd.sock"

@@ -1,0 +1,46 @@
+# shellcheck shell=bash disable=SC2154
+# Shared by benches/daemon.sh and benches/start.sh (sourced, not run): a scratch directory
+# on tmpfs, network namespaces that are removed on exit, and the daemon stopped on exit.
+#   work_prefix=NAME; . benches/netns.sh      # sets $work; the caller sets $prefix and $daemon_pid
+# tmpfs: the state store fsyncs every object; flash wear is not what the benches measure.
+work=$(mktemp -d "/dev/shm/${work_prefix:-npbench}.XXXXXX")
+namespaces=()
+daemon_pid=""
+
+cleanup() {
+    if [ -n "$daemon_pid" ]; then
+        kill -TERM "$daemon_pid" 2>/dev/null || true
+        wait "$daemon_pid" 2>/dev/null || true
+    fi
+    for ns in "${namespaces[@]}"; do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    if [ "${KEEP:-0}" = 1 ]; then
+        echo "scratch kept in $work (state: $work/state)" >&2
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A namespace with the node's address on a veth link (nodeport_addresses selects it;
+# a veth pair inside the namespace, as not every kernel has the dummy driver).
+mkns() {
+    ip netns add "$1"
+    namespaces+=("$1")
+    ip -n "$1" link set lo up
+    ip -n "$1" link add "${prefix}a" type veth peer name "${prefix}b"
+    ip -n "$1" addr add 198.18.0.1/24 dev "${prefix}a"
+    ip -n "$1" link set "${prefix}a" up
+    ip -n "$1" link set "${prefix}b" up
+}
+
+delns() {
+    ip netns del "$1"
+    local keep=() ns
+    for ns in "${namespaces[@]}"; do
+        [ "$ns" = "$1" ] || keep+=("$ns")
+    done
+    namespaces=("${keep[@]}")
+}
