@@ -319,7 +319,7 @@ fn corrupt_state_stops_the_daemon_naming_the_file() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("objects/services/default/web.json"), "{err}");
+    assert!(err.contains("objects/services/default/web.json") && err.contains("spec.ports"), "{err}");
     assert_eq!(std::fs::read(&file).unwrap(), b"{\"schema\":1,\"object\":{\"spec\":{\"ports\":7}}}");
 }
 
