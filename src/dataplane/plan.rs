@@ -68,13 +68,20 @@ struct UdpPort {
 
 /// What the planner keeps of one service: its pieces after the claims, with the
 /// elements packed (`nft::packed`: one byte string instead of two heap blocks and ~90
-/// bytes per element), and its UDP ports.
+/// bytes per element). 40 bytes and two heap blocks for most services.
 #[derive(Debug, Default)]
 struct Kept {
-    sets: Vec<Set>,
-    chains: Vec<(Chain, Vec<Rule>)>,
     elements: Box<[u8]>,
     shared: Box<[u8]>,
+    /// What few services have.
+    rare: Option<Box<Rare>>,
+}
+
+/// Sets and chains (session affinity, `loadBalancerSourceRanges`) and UDP ports.
+#[derive(Debug, Default)]
+struct Rare {
+    sets: Vec<Set>,
+    chains: Vec<(Chain, Vec<Rule>)>,
     udp: BTreeMap<String, UdpPort>,
 }
 
@@ -82,20 +89,28 @@ impl Kept {
     fn new(mut p: ServicePieces, udp: BTreeMap<String, UdpPort>) -> Kept {
         p.sets.shrink_to_fit();
         p.chains.shrink_to_fit();
-        Kept {
-            elements: packed::pack(&p.elements),
-            shared: packed::pack(&p.shared),
-            sets: p.sets,
-            chains: p.chains,
-            udp,
-        }
+        let rare = (!p.sets.is_empty() || !p.chains.is_empty() || !udp.is_empty())
+            .then(|| Box::new(Rare { sets: p.sets, chains: p.chains, udp }));
+        Kept { elements: packed::pack(&p.elements), shared: packed::pack(&p.shared), rare }
+    }
+
+    fn sets(&self) -> &[Set] {
+        self.rare.as_ref().map_or(&[], |r| &r.sets)
+    }
+
+    fn chains(&self) -> &[(Chain, Vec<Rule>)] {
+        self.rare.as_ref().map_or(&[], |r| &r.chains)
+    }
+
+    fn udp(&self) -> Option<&BTreeMap<String, UdpPort>> {
+        self.rare.as_ref().map(|r| &r.udp)
     }
 
     /// The pieces again (`shared`: with the shared elements).
     fn unpack(&self, shared: bool) -> ServicePieces {
         ServicePieces {
-            sets: self.sets.clone(),
-            chains: self.chains.clone(),
+            sets: self.sets().to_vec(),
+            chains: self.chains().to_vec(),
             elements: packed::unpack(&self.elements),
             shared: if shared { packed::unpack(&self.shared) } else { Vec::new() },
         }
@@ -232,7 +247,9 @@ impl Planner {
             let new_udp = svc.as_ref().map(udp_ports).unwrap_or_default();
             let old = self.pieces.remove_entry(&key);
             if let Some((_, old)) = &old {
-                stale.extend(stale_udp(&old.udp, &new_udp));
+                if let Some(old_udp) = old.udp() {
+                    stale.extend(stale_udp(old_udp, &new_udp));
+                }
                 if !full {
                     self.forget(old, &mut shared_gone);
                     before_parts.push(old.unpack(false));
@@ -329,7 +346,7 @@ impl Planner {
         let parts = self
             .pieces
             .values()
-            .map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &[], packed: &p.elements })
+            .map(|p| Part { sets: p.sets(), chains: p.chains(), elements: &[], packed: &p.elements })
             .collect();
         let mut keys: Vec<&[u8]> = self.shared.keys().map(|k| &**k).collect();
         keys.sort_unstable();
