@@ -86,12 +86,15 @@ struct Rare {
 }
 
 impl Kept {
-    fn new(mut p: ServicePieces, udp: BTreeMap<String, UdpPort>) -> Kept {
+    /// `buf`: scratch space for packing, reused from one service to the next.
+    fn new(mut p: ServicePieces, udp: BTreeMap<String, UdpPort>, buf: &mut Vec<u8>) -> Kept {
         p.sets.shrink_to_fit();
         p.chains.shrink_to_fit();
+        let elements = packed::pack_with(buf, &p.elements);
+        let shared = packed::pack_with(buf, &p.shared);
         let rare = (!p.sets.is_empty() || !p.chains.is_empty() || !udp.is_empty())
             .then(|| Box::new(Rare { sets: p.sets, chains: p.chains, udp }));
-        Kept { elements: packed::pack(&p.elements), shared: packed::pack(&p.shared), rare }
+        Kept { elements, shared, rare }
     }
 
     fn sets(&self) -> &[Set] {
@@ -243,6 +246,7 @@ impl Planner {
         let mut shared_gone = Vec::new();
         let mut shared_new = Vec::new();
         let mut stale = Vec::new();
+        let mut scratch = Vec::with_capacity(512);
         for (key, svc) in order {
             let new_udp = svc.as_ref().map(udp_ports).unwrap_or_default();
             let old = self.pieces.remove_entry(&key);
@@ -263,7 +267,7 @@ impl Planner {
                 if !full {
                     after_parts.push(ServicePieces { shared: Vec::new(), ..pieces.clone() });
                 }
-                let kept = Kept::new(pieces, new_udp);
+                let kept = Kept::new(pieces, new_udp, &mut scratch);
                 self.remember(&kept, &mut shared_new);
                 self.pieces.insert(name, kept);
             }

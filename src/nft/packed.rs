@@ -41,13 +41,19 @@ pub fn pack_into(out: &mut Vec<u8>, prev: Option<&str>, set: &str, el: &Element)
 
 /// Packs a list of elements into one byte string.
 pub fn pack<'a>(els: impl IntoIterator<Item = &'a (SetName, Element)>) -> Box<[u8]> {
-    let mut out = Vec::new();
+    pack_with(&mut Vec::new(), els)
+}
+
+/// [`pack`] through a scratch buffer the caller reuses: the string is allocated once, at
+/// its size (a string grown and shrunk leaves holes in the heap among long-lived ones).
+pub fn pack_with<'a>(buf: &mut Vec<u8>, els: impl IntoIterator<Item = &'a (SetName, Element)>) -> Box<[u8]> {
+    buf.clear();
     let mut prev: Option<&str> = None;
     for (set, el) in els {
-        pack_into(&mut out, prev, set, el);
+        pack_into(buf, prev, set, el);
         prev = Some(set);
     }
-    out.into_boxed_slice()
+    Box::from(buf.as_slice())
 }
 
 /// One entry standing alone (a key for counting equal elements).
