@@ -224,6 +224,44 @@ impl<'a> Reader<'a> {
             _ => return None,
         })
     }
+    /// Past one value without decoding it.
+    fn skip_value(&mut self) -> Option<()> {
+        let n = match self.u8()? {
+            1 | 7 | 8 => 4,
+            2 => 16,
+            3 => 5,
+            4 => 17,
+            5 => 1,
+            6 => 2,
+            _ => return None,
+        };
+        self.take(n).map(drop)
+    }
+    fn skip_values(&mut self) -> Option<()> {
+        for _ in 0..self.len()? {
+            self.skip_value()?;
+        }
+        Some(())
+    }
+    /// Past one element without decoding it (no allocation).
+    fn skip_element(&mut self) -> Option<()> {
+        self.skip_values()?;
+        match self.u8()? {
+            0 => {}
+            1 => self.skip_values()?,
+            2 => match self.u8()? {
+                0..=3 => {}
+                4 | 5 => self.str().map(drop)?,
+                _ => return None,
+            },
+            _ => return None,
+        }
+        match self.u8()? {
+            0 => Some(()),
+            1 => self.take(4).map(drop),
+            _ => None,
+        }
+    }
     fn values(&mut self) -> Option<Vec<Value>> {
         let n = self.len()?;
         // Every value takes at least two bytes: a bad count cannot reserve much.
@@ -287,11 +325,13 @@ impl<'a> Iterator for Entries<'a> {
         }
         let whole = self.r.b;
         let entry = (|| {
-            if self.r.u8()? == 1 {
-                self.set = self.r.str()?;
+            match self.r.u8()? {
+                0 => {}
+                1 => self.set = self.r.str()?,
+                _ => return None,
             }
             let start = whole.len() - self.r.b.len();
-            self.r.element()?;
+            self.r.skip_element()?;
             let end = whole.len() - self.r.b.len();
             Some((self.set, PackedElement(&whole[start..end])))
         })();
@@ -363,6 +403,12 @@ mod tests {
         let b = pack(&els);
         assert_eq!(unpack(&b), els);
         assert_eq!(entries(&b).count(), els.len());
+        // Each entry's bytes are exactly its element (the skip agrees with the decoder).
+        for ((set, e), (want_set, want)) in entries(&b).zip(&els) {
+            assert_eq!((set, e.get().as_ref()), (&**want_set, Some(want)));
+            let mut r = Reader { b: e.0 };
+            assert!(r.element().is_some() && r.b.is_empty());
+        }
         // Standalone entries repeat their set's name; equal elements pack equal.
         let one = pack_one("a", &els[0].1);
         assert_eq!(unpack(&one), els[..1]);
