@@ -362,6 +362,47 @@ fn a_list_is_applied_in_one_call_with_per_object_results() {
     assert_eq!(results[2]["action"], "created");
 }
 
+/// `objects.apply` with `params.brief`: the results carry the action (or the error)
+/// without the object, which is what `nodeportctl apply` asks for; anything but a boolean
+/// is refused by name and value and applies nothing.
+#[test]
+fn a_brief_objects_apply_answers_actions_only() {
+    let dir = setup();
+    let d = Daemon::start(dir.path());
+    let svc = |name: &str, port: i64| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"type": "NodePort", "ports": [{"port": port}]}})
+    };
+    let call = |params: serde_json::Value| {
+        let mut s = UnixStream::connect(&d.socket).unwrap();
+        let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply", "params": params});
+        s.write_all(format!("{req}\n").as_bytes()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        serde_json::from_str::<serde_json::Value>(text.trim()).unwrap()
+    };
+    let r = call(serde_json::json!({"brief": "yes", "objects": [svc("a", 80)]}));
+    let msg = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("params.brief") && msg.contains("\"yes\""), "{r}");
+    let out = d.ctl(&["get", "svc", "-A", "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "a refused call applied something: {list}");
+
+    let r = call(serde_json::json!({"brief": true, "objects": [svc("a", 80), svc("bad", 0), svc("a", 80)]}));
+    let results = r["result"]["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3, "{r}");
+    assert_eq!(results[0], serde_json::json!({"action": "created"}), "{r}");
+    assert!(results[1]["error"]["message"].as_str().unwrap().contains("spec.ports[0].port"), "{r}");
+    assert_eq!(results[2], serde_json::json!({"action": "unchanged"}), "{r}");
+    // Not brief (or brief false): each result has its stored object, as before.
+    let r = call(serde_json::json!({"brief": false, "objects": [svc("b", 80)]}));
+    let results = r["result"]["results"].as_array().unwrap();
+    assert_eq!(results[0]["action"], "created");
+    assert_eq!(results[0]["object"]["metadata"]["name"], "b", "{r}");
+    assert!(results[0]["object"]["spec"]["ports"][0]["nodePort"].is_i64(), "{r}");
+}
+
 /// Issue 12: 100 persistent clients applying at once with the default config: none is
 /// refused or closed, every call on every connection is answered, and `status` still
 /// gets in from a 101st connection.

@@ -260,14 +260,17 @@ fn apply(socket: &str, file: &str, json_out: bool, prune: bool) -> Result<(), St
             Err(e) => Err(e.to_string()),
         }
     };
-    // Each object is encoded once: its size picks the batch, then it is moved in.
-    let mut items: Vec<Value> = objects.iter().map(|o| o.to_json()).collect();
-    let sizes: Vec<usize> = items.iter().map(|v| v.to_string().len() + 1).collect();
+    // Each object is encoded once, to the bytes that go on the wire: their length picks
+    // the batch, and the call sends them as they are.
+    let items: Vec<Vec<u8>> = objects
+        .iter()
+        .map(|o| serde_json::to_vec(&o.to_json()).map_err(|e| format!("error: {}: {e}", o.path())))
+        .collect::<Result<_, _>>()?;
+    let sizes: Vec<usize> = items.iter().map(|v| v.len() + 1).collect();
     for range in batches_of(&sizes) {
         let chunk = &objects[range.clone()];
         if batches {
-            let batch: Vec<Value> = items[range].iter_mut().map(Value::take).collect();
-            match client.call("objects.apply", crate::api::rpc::object(vec![("objects", Value::Array(batch))])) {
+            match client.call_raw("objects.apply", &batch_params(&items[range], !json_out)) {
                 Ok(mut r) => {
                     let results = match r.get_mut("results").map(Value::take) {
                         Some(Value::Array(a)) => a,
@@ -362,6 +365,21 @@ pub const BATCH_BYTES: usize = 128 * 1024;
 
 /// Consecutive runs of objects (given their encoded sizes) within both batch limits (an
 /// object larger than the byte limit goes alone).
+/// `objects.apply`'s params from objects already encoded: `{"objects": [...]}`, with
+/// `"brief": true` when only each result's action (or error) is wanted back.
+fn batch_params(items: &[Vec<u8>], brief: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(items.iter().map(|i| i.len() + 1).sum::<usize>() + 32);
+    out.extend_from_slice(if brief { br#"{"brief":true,"objects":["# } else { br#"{"objects":["# });
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
 fn batches_of(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0usize, 0usize);
@@ -377,4 +395,20 @@ fn batches_of(sizes: &[usize]) -> Vec<std::ops::Range<usize>> {
         out.push(start..sizes.len());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_params_are_the_encoded_objects_in_one_array() {
+        let items = vec![br#"{"kind":"Service"}"#.to_vec(), br#"{"kind":"EndpointSlice"}"#.to_vec()];
+        let v: Value = serde_json::from_slice(&batch_params(&items, true)).unwrap();
+        assert_eq!(v, json!({"brief": true, "objects": [{"kind": "Service"}, {"kind": "EndpointSlice"}]}));
+        let v: Value = serde_json::from_slice(&batch_params(&items[..1], false)).unwrap();
+        assert_eq!(v, json!({"objects": [{"kind": "Service"}]}));
+        let v: Value = serde_json::from_slice(&batch_params(&[], false)).unwrap();
+        assert_eq!(v, json!({"objects": []}));
+    }
 }

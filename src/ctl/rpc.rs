@@ -59,6 +59,13 @@ impl Client {
     }
 
     pub fn call(&mut self, method: &str, params: Value) -> Result<Value, CallError> {
+        let params = serde_json::to_vec(&params).map_err(|e| CallError::Transport(format!("cannot encode: {e}")))?;
+        self.call_raw(method, &params)
+    }
+
+    /// Like [`Client::call`], with params already encoded as one JSON value (sent as
+    /// they are: a batch of objects is not encoded twice).
+    pub fn call_raw(&mut self, method: &str, params: &[u8]) -> Result<Value, CallError> {
         if self.closed {
             let next_id = self.next_id;
             *self = Client::connect(&self.path)?;
@@ -66,14 +73,17 @@ impl Client {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let request =
-            object(vec![("jsonrpc", "2.0".into()), ("id", id.into()), ("method", method.into()), ("params", params)]);
-        let mut line = request.to_string();
-        line.push('\n');
+        let head = object(vec![("jsonrpc", "2.0".into()), ("id", id.into()), ("method", method.into())]);
+        let mut line = serde_json::to_vec(&head).map_err(|e| CallError::Transport(format!("cannot encode: {e}")))?;
+        // `{...}` → `{...,"params":PARAMS}`
+        line.pop();
+        line.extend_from_slice(b",\"params\":");
+        line.extend_from_slice(params);
+        line.extend_from_slice(b"}\n");
         let io = |e: std::io::Error| CallError::Transport(format!("talking to nodeportd: {e}"));
         // A request over max_request_bytes is answered (TooLarge) and the connection
         // closed before it is all sent: the write then fails, and the answer is read anyway.
-        let sent = self.writer.write_all(line.as_bytes()).and_then(|()| self.writer.flush());
+        let sent = self.writer.write_all(&line).and_then(|()| self.writer.flush());
         if let Err(e) = &sent {
             self.closed = true;
             if !matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) {

@@ -291,6 +291,7 @@ const OBJECTS_STEP: usize = 64;
 
 /// `objects.apply`'s `params.objects`: an array.
 fn objects_param(params: &mut Value) -> Result<Vec<Value>, RpcError> {
+    brief_param(params)?;
     match params.get_mut("objects").map(Value::take) {
         Some(Value::Array(a)) => Ok(a),
         Some(other) => Err(RpcError::invalid_params(format!(
@@ -298,6 +299,19 @@ fn objects_param(params: &mut Value) -> Result<Vec<Value>, RpcError> {
             truncate(&other.to_string())
         ))),
         None => Err(RpcError::invalid_params("params.objects: Required value")),
+    }
+}
+
+/// `objects.apply`'s optional `params.brief`: `true` leaves each result's `object` out
+/// (docs/extensions.md; `nodeportctl apply` without `-o json` asks for it).
+pub fn brief_param(params: &Value) -> Result<bool, RpcError> {
+    match params.get("brief") {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(RpcError::invalid_params(format!(
+            "params.brief: Invalid value: {}: must be true or false",
+            truncate(&other.to_string())
+        ))),
     }
 }
 

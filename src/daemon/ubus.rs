@@ -15,7 +15,8 @@ use crate::ubus::{self, Event, SERVICE_EVENT, SYNC_EVENT};
 
 /// One request, from the socket API or ubus: the handler, then the event it causes.
 pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Result<Value, RpcError> {
-    let result = super::handlers::call(st.clone(), &method, params).await;
+    let brief = method == "objects.apply" && super::handlers::brief_param(&params).unwrap_or(false);
+    let mut result = super::handlers::call(st.clone(), &method, params).await;
     match &result {
         Ok(r) if st.borrow().ubus.enabled() => {
             for ev in events(&method, r) {
@@ -23,6 +24,16 @@ pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Resu
             }
         }
         _ => {}
+    }
+    if brief {
+        // The events above had the objects; the caller asked for the actions only.
+        if let Ok(Value::Object(r)) = &mut result {
+            for item in r.get_mut("results").and_then(Value::as_array_mut).into_iter().flatten() {
+                if let Value::Object(m) = item {
+                    m.remove("object");
+                }
+            }
+        }
     }
     result
 }
