@@ -554,31 +554,41 @@ fn as_int(v: &Value) -> Option<u32> {
 }
 
 /// A value as the kernel keeps it for a set key or map data of type `t`.
-fn encode_typed(t: DataType, v: &Value) -> Result<Vec<u8>, String> {
+/// Appends the bytes of one value of type `t`.
+fn put_typed(t: DataType, v: &Value, out: &mut Vec<u8>) -> Result<(), String> {
     match (t, v) {
-        (DataType::Ipv4Addr, Value::Addr(IpAddr::V4(a))) => Ok(a.octets().to_vec()),
-        (DataType::Ipv6Addr, Value::Addr(IpAddr::V6(a))) => Ok(a.octets().to_vec()),
-        (DataType::InetProto, Value::Proto(p)) => Ok(vec![*p]),
-        (DataType::InetService, Value::Port(p)) => Ok(net_u16(*p)),
-        (DataType::Mark | DataType::Integer, v) if as_int(v).is_some() => Ok(host_u32(as_int(v).unwrap_or(0))),
-        _ => Err(format!("value {v:?} does not fit type {t:?}")),
+        (DataType::Ipv4Addr, Value::Addr(IpAddr::V4(a))) => out.extend_from_slice(&a.octets()),
+        (DataType::Ipv6Addr, Value::Addr(IpAddr::V6(a))) => out.extend_from_slice(&a.octets()),
+        (DataType::InetProto, Value::Proto(p)) => out.push(*p),
+        (DataType::InetService, Value::Port(p)) => out.extend_from_slice(&net_u16(*p)),
+        (DataType::Mark | DataType::Integer, v) if as_int(v).is_some() => {
+            out.extend_from_slice(&host_u32(as_int(v).unwrap_or(0)))
+        }
+        _ => return Err(format!("value {v:?} does not fit type {t:?}")),
     }
+    Ok(())
 }
 
 fn encode_key(types: &[DataType], values: &[Value]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(if types.len() == 1 { 16 } else { 40 });
+    put_key(types, values, &mut out)?;
+    Ok(out)
+}
+
+/// Appends a key (or concatenated data): one value, or each part padded to a register.
+fn put_key(types: &[DataType], values: &[Value], out: &mut Vec<u8>) -> Result<(), String> {
     if types.len() != values.len() {
         return Err(format!("key {values:?} has {} part(s), the set's key has {}", values.len(), types.len()));
     }
     if types.len() == 1 {
-        return encode_typed(types[0], &values[0]);
+        return put_typed(types[0], &values[0], out);
     }
-    let mut out = Vec::new();
     for (t, v) in types.iter().zip(values) {
-        let mut b = encode_typed(*t, v)?;
-        b.resize(reg_round(b.len()), 0);
-        out.extend(b);
+        let at = out.len();
+        put_typed(*t, v, out)?;
+        out.resize(at + reg_round(out.len() - at), 0);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn kverdict(v: &Verdict) -> KVerdict {
@@ -593,10 +603,10 @@ fn kverdict(v: &Verdict) -> KVerdict {
     KVerdict { code, chain }
 }
 
-/// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set).
+/// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set), each
+/// encoded in one buffer (a full sync lowers one per service endpoint and port).
 pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
     let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
-    let mut attrs = Vec::new();
     let mut end: Option<Vec<u8>> = None;
     let key = match (set.key.as_slice(), e.key.as_slice()) {
         ([t], [Value::Prefix(net)]) => {
@@ -609,33 +619,51 @@ pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, Low
         }
         _ => encode_key(&set.key, &e.key).map_err(err)?,
     };
-    attrs.push(expr::data_attr(wire::elem::KEY, &Data::Value(key)));
+    let mut enc = wire::Encoder::with_capacity(64);
+    put_value(&mut enc, wire::elem::KEY, &key);
     if add {
         match (set.data.as_slice(), &e.data) {
             ([DataType::Verdict], Some(ElementData::Verdict(v))) => {
-                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(v))))
+                let KVerdict { code, chain } = kverdict(v);
+                let d = enc.begin(wire::elem::DATA);
+                let vd = enc.begin(wire::data::VERDICT);
+                enc.put(wire::data::VERDICT_CODE, &code.to_be_bytes());
+                if let Some(c) = chain {
+                    let mut name = c.into_bytes();
+                    name.push(0);
+                    enc.put(wire::data::VERDICT_CHAIN, &name);
+                }
+                enc.end(vd);
+                enc.end(d);
             }
             (t, Some(ElementData::Values(v))) if !t.is_empty() => {
-                attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_key(t, v).map_err(err)?)))
+                let mut data = key;
+                data.clear();
+                put_key(t, v, &mut data).map_err(err)?;
+                put_value(&mut enc, wire::elem::DATA, &data);
             }
             ([], None) => {}
             (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
         }
         if let Some(t) = e.timeout {
-            attrs.push(Attr::u64(wire::elem::TIMEOUT, u64::from(t) * 1000));
+            enc.put(wire::elem::TIMEOUT, &(u64::from(t) * 1000).to_be_bytes());
         }
     }
-    let mut out = vec![Attr::nested(wire::LIST_ELEM, attrs)];
+    let mut out = vec![Attr::nested_encoded(wire::LIST_ELEM, enc)];
     if let Some(after) = end {
-        out.push(Attr::nested(
-            wire::LIST_ELEM,
-            vec![
-                Attr::u32(wire::elem::FLAGS, wire::elem::F_INTERVAL_END),
-                expr::data_attr(wire::elem::KEY, &Data::Value(after)),
-            ],
-        ));
+        let mut enc = wire::Encoder::with_capacity(40);
+        enc.put(wire::elem::FLAGS, &wire::elem::F_INTERVAL_END.to_be_bytes());
+        put_value(&mut enc, wire::elem::KEY, &after);
+        out.push(Attr::nested_encoded(wire::LIST_ELEM, enc));
     }
     Ok(out)
+}
+
+/// `kind { NFTA_DATA_VALUE value }`, as `expr::data_attr` of a value encodes it.
+fn put_value(enc: &mut wire::Encoder, kind: u16, value: &[u8]) {
+    let at = enc.begin(kind);
+    enc.put(wire::data::VALUE, value);
+    enc.end(at);
 }
 
 /// Start of a prefix, and the first address after it (None when it reaches the top).
@@ -1070,6 +1098,149 @@ impl RuleLowering<'_, '_> {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// The encoding as a tree of `Attr`s (what `element_attrs` did before writing into one
+    /// buffer): the oracle its bytes are compared with.
+    fn element_attrs_tree(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
+        let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
+        let mut attrs = Vec::new();
+        let mut end: Option<Vec<u8>> = None;
+        let key = match (set.key.as_slice(), e.key.as_slice()) {
+            ([t], [Value::Prefix(net)]) => {
+                if !set.flags.interval {
+                    return Err(err("a prefix needs an interval set".into()));
+                }
+                let (start, after) = prefix_bounds(*t, net).map_err(err)?;
+                end = after;
+                start
+            }
+            _ => encode_key(&set.key, &e.key).map_err(err)?,
+        };
+        attrs.push(expr::data_attr(wire::elem::KEY, &Data::Value(key)));
+        if add {
+            match (set.data.as_slice(), &e.data) {
+                ([DataType::Verdict], Some(ElementData::Verdict(v))) => {
+                    attrs.push(expr::data_attr(wire::elem::DATA, &Data::Verdict(kverdict(v))))
+                }
+                (t, Some(ElementData::Values(v))) if !t.is_empty() => {
+                    attrs.push(expr::data_attr(wire::elem::DATA, &Data::Value(encode_key(t, v).map_err(err)?)))
+                }
+                ([], None) => {}
+                (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
+            }
+            if let Some(t) = e.timeout {
+                attrs.push(Attr::u64(wire::elem::TIMEOUT, u64::from(t) * 1000));
+            }
+        }
+        let mut out = vec![Attr::nested(wire::LIST_ELEM, attrs)];
+        if let Some(after) = end {
+            out.push(Attr::nested(
+                wire::LIST_ELEM,
+                vec![
+                    Attr::u32(wire::elem::FLAGS, wire::elem::F_INTERVAL_END),
+                    expr::data_attr(wire::elem::KEY, &Data::Value(after)),
+                ],
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The golden cases of the data plane's builder (src/dataplane/cases.rs), built.
+    #[allow(dead_code)] // `Case::name` names golden files, which this test has none of.
+    mod golden {
+        use crate::dataplane::{build, Input, ServiceInput};
+        use crate::model::{Backend, Service};
+        use crate::nft::ir::Ruleset;
+        use std::collections::BTreeMap;
+        include!("../dataplane/cases.rs");
+
+        pub(super) fn full() -> Ruleset {
+            let svcs: Vec<Service> = CASES.iter().map(|c| svc(c.service)).collect();
+            build(&input(
+                svcs.iter().zip(CASES).map(|(s, c)| ServiceInput { service: s, backends: ports(c.backends) }).collect(),
+            ))
+        }
+    }
+
+    #[test]
+    fn element_encoding_is_byte_identical_to_the_attribute_tree() {
+        use netlink_packet_core::Emitable;
+        let rs = golden::full();
+        let emit = |attrs: &[Attr]| {
+            let mut buf = vec![0u8; attrs.buffer_len()];
+            attrs.emit(&mut buf);
+            buf
+        };
+        let mut seen = (0, 0, 0);
+        for (name, elems) in &rs.elements {
+            let set = rs.sets.iter().find(|s| s.name == *name).expect("a declared set");
+            for e in elems {
+                for add in [true, false] {
+                    let (new, old) = (element_attrs(set, e, add).unwrap(), element_attrs_tree(set, e, add).unwrap());
+                    assert_eq!(emit(&new), emit(&old), "{name} {e:?} add={add}");
+                    assert_eq!(new.len(), old.len());
+                    for (n, o) in new.iter().zip(&old) {
+                        assert_eq!(
+                            crate::nft::list::parse_element(n).unwrap(),
+                            crate::nft::list::parse_element(o).unwrap()
+                        );
+                    }
+                }
+                seen.0 += 1;
+                seen.1 += usize::from(matches!(e.data, Some(ElementData::Verdict(_))));
+                seen.2 += usize::from(e.timeout.is_some());
+            }
+        }
+        // Plain, verdict and timed elements were all compared.
+        assert!(seen.0 > 20 && seen.1 > 0, "{seen:?}");
+        // Interval sets (prefixes: loadBalancerSourceRanges), both families, and the top
+        // of the address space (no end element); and a jump with its chain name.
+        let set = |name: &str, key: DataType, data: Vec<DataType>, interval: bool| Set {
+            name: name.into(),
+            key: vec![key],
+            data,
+            typeof_key: None,
+            typeof_data: None,
+            flags: SetFlags { interval, ..SetFlags::default() },
+            timeout: None,
+            comment: None,
+        };
+        let ranges = set("ranges", DataType::Ipv4Addr, vec![], true);
+        let v6 = set("ranges6", DataType::Ipv6Addr, vec![], true);
+        let vmap = set("vmap", DataType::InetService, vec![DataType::Verdict], false);
+        let cases = [
+            (
+                &ranges,
+                Element { key: vec![Value::Prefix("198.18.0.0/15".parse().unwrap())], data: None, timeout: None },
+            ),
+            (
+                &ranges,
+                Element { key: vec![Value::Prefix("255.255.255.0/24".parse().unwrap())], data: None, timeout: None },
+            ),
+            (&v6, Element { key: vec![Value::Prefix("2001:db8::/32".parse().unwrap())], data: None, timeout: None }),
+            (
+                &vmap,
+                Element {
+                    key: vec![Value::Port(80)],
+                    data: Some(ElementData::Verdict(Verdict::Jump("svc-web".into()))),
+                    timeout: Some(10800),
+                },
+            ),
+            (
+                &vmap,
+                Element { key: vec![Value::Port(81)], data: Some(ElementData::Verdict(Verdict::Drop)), timeout: None },
+            ),
+        ];
+        for (set, e) in cases {
+            for add in [true, false] {
+                assert_eq!(
+                    emit(&element_attrs(set, &e, add).unwrap()),
+                    emit(&element_attrs_tree(set, &e, add).unwrap()),
+                    "{e:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn concat_key_is_padded_to_registers() {

@@ -244,6 +244,11 @@ impl Attr {
         let len = children.as_slice().buffer_len();
         Attr { kind, value: AttrValue::Nested(children, len) }
     }
+    /// A nested attribute whose children an [`Encoder`] already wrote: emitted as they are
+    /// (the same bytes as [`Attr::nested`] of those children, with one allocation).
+    pub fn nested_encoded(kind: u16, children: Encoder) -> Self {
+        Attr { kind: kind | NLA_F_NESTED, value: AttrValue::Bytes(children.0) }
+    }
 
     pub fn kind(&self) -> u16 {
         self.kind & NLA_TYPE_MASK
@@ -281,6 +286,44 @@ impl Attr {
         let p = self.payload();
         let end = p.iter().position(|&b| b == 0).unwrap_or(p.len());
         String::from_utf8(p[..end].to_vec()).map_err(|e| DecodeError::from(format!("attribute {}: {e}", self.kind())))
+    }
+}
+
+/// Attributes written straight into one buffer (header, payload, padding to 4 bytes), for
+/// the many small nested attributes of set elements: no tree of `Attr`s to build and drop.
+#[derive(Debug, Default)]
+pub struct Encoder(Vec<u8>);
+
+impl Encoder {
+    pub fn with_capacity(n: usize) -> Self {
+        Encoder(Vec::with_capacity(n))
+    }
+    /// One leaf attribute.
+    pub fn put(&mut self, kind: u16, payload: &[u8]) {
+        self.header(kind, 4 + payload.len());
+        self.0.extend_from_slice(payload);
+        self.pad();
+    }
+    /// Opens a nested attribute; its children follow, then [`Encoder::end`] with the
+    /// returned mark.
+    pub fn begin(&mut self, kind: u16) -> usize {
+        let at = self.0.len();
+        self.header(kind | NLA_F_NESTED, 0);
+        at
+    }
+    /// Closes the nested attribute opened at `at`: its length covers its children.
+    pub fn end(&mut self, at: usize) {
+        let len = u16::try_from(self.0.len() - at).unwrap_or(u16::MAX);
+        self.0[at..at + 2].copy_from_slice(&len.to_ne_bytes());
+    }
+    fn header(&mut self, kind: u16, len: usize) {
+        let len = u16::try_from(len).unwrap_or(u16::MAX);
+        self.0.extend_from_slice(&len.to_ne_bytes());
+        self.0.extend_from_slice(&kind.to_ne_bytes());
+    }
+    fn pad(&mut self) {
+        let n = self.0.len().next_multiple_of(4);
+        self.0.resize(n, 0);
     }
 }
 
