@@ -585,7 +585,12 @@ impl Split {
 
     fn parts(&self) -> Vec<nft::sync::Part<'_>> {
         (0..self.chains.len())
-            .map(|i| nft::sync::Part { sets: &self.sets[i], chains: &self.chains[i], elements: &self.elements[i] })
+            .map(|i| nft::sync::Part {
+                sets: &self.sets[i],
+                chains: &self.chains[i],
+                elements: &self.elements[i],
+                packed: &[],
+            })
             .collect()
     }
 }

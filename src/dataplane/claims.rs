@@ -11,8 +11,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::model::Service;
-use crate::nft::ir::Value;
-use crate::nft::render;
+use crate::nft::ir::{Element, SetName, Value};
+use crate::nft::{packed, render};
 
 use super::ServicePieces;
 
@@ -50,7 +50,8 @@ fn claim_key<'a>(map: &str, key: &'a [Value]) -> &'a [Value] {
 
 #[derive(Debug, Default)]
 pub struct Claims<K> {
-    holder: BTreeMap<Vec<Value>, K>,
+    /// The holder of each destination, by its key packed (`nft::packed::pack_values_into`).
+    holder: BTreeMap<Box<[u8]>, K>,
     /// Services with withheld elements, and the keys they wait for.
     waiting: BTreeMap<K, Vec<Conflict<K>>>,
 }
@@ -60,9 +61,11 @@ impl<K: Ord + Clone> Claims<K> {
     /// `pieces` the elements whose key another service holds (returned).
     pub fn claim(&mut self, who: &K, pieces: &mut ServicePieces) -> Vec<Conflict<K>> {
         let mut conflicts = Vec::new();
+        let mut buf = Vec::new();
         pieces.elements.retain(|(map, el)| {
             let key = claim_key(map, &el.key);
-            match self.holder.get(key) {
+            packed::pack_values_into(&mut buf, key);
+            match self.holder.get(buf.as_slice()) {
                 Some(h) if h != who => {
                     // Reported once per destination, by the set that says what it is (a
                     // count set by its family's name: `service-ips-v4`).
@@ -74,7 +77,7 @@ impl<K: Ord + Clone> Claims<K> {
                 }
                 Some(_) => true,
                 None => {
-                    self.holder.insert(key.to_vec(), who.clone());
+                    self.holder.insert(buf.as_slice().into(), who.clone());
                     true
                 }
             }
@@ -87,15 +90,18 @@ impl<K: Ord + Clone> Claims<K> {
         conflicts
     }
 
-    /// Lets go of what `who` held (its `pieces` as last claimed) and of what it waited
-    /// for. Returns the services that waited for a released key: they should claim again.
-    pub fn release(&mut self, who: &K, pieces: &ServicePieces) -> BTreeSet<K> {
+    /// Lets go of what `who` held (its pieces' `elements` as last claimed) and of what it
+    /// waited for. Returns the services that waited for a released key: they should claim
+    /// again.
+    pub fn release(&mut self, who: &K, elements: &[(SetName, Element)]) -> BTreeSet<K> {
         self.waiting.remove(who);
         let mut freed = BTreeSet::new();
-        for (map, el) in &pieces.elements {
+        let mut buf = Vec::new();
+        for (map, el) in elements {
             let key = claim_key(map, &el.key);
-            if self.holder.get(key) == Some(who) {
-                self.holder.remove(key);
+            packed::pack_values_into(&mut buf, key);
+            if self.holder.get(buf.as_slice()) == Some(who) {
+                self.holder.remove(buf.as_slice());
                 freed.insert(key);
             }
         }
@@ -123,7 +129,6 @@ impl<K: Ord + Clone> Claims<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nft::ir::Element;
 
     fn pieces(keys: &[(&str, &str, u16)]) -> ServicePieces {
         ServicePieces {
@@ -158,7 +163,7 @@ mod tests {
 
         // An update of a: it lets go (b is named, to claim again), takes its keys back
         // first, and b is still left out.
-        let woken = c.release(&"a", &a);
+        let woken = c.release(&"a", &a.elements);
         assert_eq!(woken.into_iter().collect::<Vec<_>>(), vec!["b"]);
         let mut a2 = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
         assert!(c.claim(&"a", &mut a2).is_empty());
@@ -177,8 +182,8 @@ mod tests {
         let mut other = pieces(&[("service-ips-v4", "198.18.9.9", 80)]);
         c.claim(&"x", &mut other);
 
-        assert!(c.release(&"x", &other).is_empty(), "x freed nothing b waits for");
-        let woken = c.release(&"a", &a);
+        assert!(c.release(&"x", &other.elements).is_empty(), "x freed nothing b waits for");
+        let woken = c.release(&"a", &a.elements);
         assert_eq!(woken.into_iter().collect::<Vec<_>>(), vec!["b"]);
         let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
         assert!(c.claim(&"b", &mut b).is_empty());
@@ -211,8 +216,8 @@ mod tests {
         c.claim(&"a", &mut a);
         let mut b = pieces(&[("service-ips-v4", "198.18.5.5", 80)]);
         c.claim(&"b", &mut b);
-        assert!(c.release(&"b", &b).is_empty());
+        assert!(c.release(&"b", &b.elements).is_empty());
         assert_eq!(c.conflicts().count(), 0);
-        assert!(c.release(&"a", &a).is_empty(), "nobody waits any more");
+        assert!(c.release(&"a", &a.elements).is_empty(), "nobody waits any more");
     }
 }

@@ -12,15 +12,17 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::conntrack::UdpFlowFilter;
 use crate::model::{Backend, Protocol, Service, ServiceType};
-use crate::nft::ir::{Element, Ruleset, SetName};
+use crate::nft::ir::{Chain, Element, Rule, Ruleset, Set, SetName};
+use crate::nft::packed;
 use crate::nft::sync::Part;
 
 use super::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 use super::claims::{self, Claims};
-use super::names::IpFamily;
+use super::names::{self, IpFamily};
 
 /// A service by namespace and name.
 pub type Key = (String, String);
@@ -64,16 +66,76 @@ struct UdpPort {
     endpoints: BTreeSet<(IpAddr, u16)>,
 }
 
+/// What the planner keeps of one service: its pieces after the claims, with the
+/// elements packed (`nft::packed`: one byte string instead of two heap blocks and ~90
+/// bytes per element). 40 bytes and two heap blocks for most services.
+#[derive(Debug, Default)]
+struct Kept {
+    elements: Box<[u8]>,
+    shared: Box<[u8]>,
+    /// What few services have.
+    rare: Option<Box<Rare>>,
+}
+
+/// Sets and chains (session affinity, `loadBalancerSourceRanges`) and UDP ports.
+#[derive(Debug, Default)]
+struct Rare {
+    sets: Vec<Set>,
+    chains: Vec<(Chain, Vec<Rule>)>,
+    udp: BTreeMap<String, UdpPort>,
+}
+
+impl Kept {
+    /// `buf`: scratch space for packing, reused from one service to the next.
+    fn new(mut p: ServicePieces, udp: BTreeMap<String, UdpPort>, buf: &mut Vec<u8>) -> Kept {
+        p.sets.shrink_to_fit();
+        p.chains.shrink_to_fit();
+        let elements = packed::pack_with(buf, &p.elements);
+        let shared = packed::pack_with(buf, &p.shared);
+        let rare = (!p.sets.is_empty() || !p.chains.is_empty() || !udp.is_empty())
+            .then(|| Box::new(Rare { sets: p.sets, chains: p.chains, udp }));
+        Kept { elements, shared, rare }
+    }
+
+    fn sets(&self) -> &[Set] {
+        self.rare.as_ref().map_or(&[], |r| &r.sets)
+    }
+
+    fn chains(&self) -> &[(Chain, Vec<Rule>)] {
+        self.rare.as_ref().map_or(&[], |r| &r.chains)
+    }
+
+    fn udp(&self) -> Option<&BTreeMap<String, UdpPort>> {
+        self.rare.as_ref().map(|r| &r.udp)
+    }
+
+    /// The pieces again (`shared`: with the shared elements).
+    fn unpack(&self, shared: bool) -> ServicePieces {
+        ServicePieces {
+            sets: self.sets().to_vec(),
+            chains: self.chains().to_vec(),
+            elements: packed::unpack(&self.elements),
+            shared: if shared { packed::unpack(&self.shared) } else { Vec::new() },
+        }
+    }
+
+    /// As [`ServicePieces::endpoint_counts`].
+    fn endpoint_counts(&self) -> impl Iterator<Item = (IpFamily, u32)> + '_ {
+        packed::entries(&self.elements).filter_map(|(set, _)| names::parse_endpoint_count_set(set))
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Planner {
-    pieces: BTreeMap<Key, ServicePieces>,
+    /// Each service's pieces; the key is shared with `claims`.
+    pieces: BTreeMap<Arc<Key>, Kept>,
     /// Who holds each destination (`pieces` are what remains after the claims).
-    claims: Claims<Key>,
-    /// How many services add each shared element, by (set, key).
-    shared: HashMap<(SetName, Element), u32>,
+    claims: Claims<Arc<Key>>,
+    /// How many services add each shared element, by the element packed alone
+    /// (`packed::pack_one`).
+    shared: HashMap<Box<[u8]>, u32>,
     /// How many destinations use each (family, endpoint count).
     counts: BTreeMap<(IpFamily, u32), u32>,
-    udp: BTreeMap<Key, BTreeMap<String, UdpPort>>,
     /// The fixed part of the table as last planned (node addresses live here).
     skeleton: Option<Ruleset>,
 }
@@ -152,7 +214,7 @@ impl Planner {
         let mut changed: BTreeMap<Key, Option<OwnedService>> = changed.into_iter().collect();
         if full {
             for k in self.pieces.keys() {
-                changed.entry(k.clone()).or_insert(None);
+                changed.entry((**k).clone()).or_insert(None);
             }
             self.claims.clear();
             self.shared.clear();
@@ -162,12 +224,14 @@ impl Planner {
             // (rare: contested externalIPs / LoadBalancer IPs) claim it in the next batch.
             let mut waiters = BTreeSet::new();
             for key in changed.keys() {
-                if let Some(old) = self.pieces.get(key) {
-                    waiters.extend(self.claims.release(key, old).into_iter().filter(|w| !changed.contains_key(w)));
+                if let Some((name, old)) = self.pieces.get_key_value(key) {
+                    let old = packed::unpack(&old.elements);
+                    let freed = self.claims.release(name, &old);
+                    waiters.extend(freed.into_iter().filter(|w| !changed.contains_key(&**w)));
                 }
             }
             // The caller sends the waiters in the next batch (it holds their objects).
-            waiters_out = waiters.into_iter().collect();
+            waiters_out = waiters.into_iter().map(|w| (*w).clone()).collect();
         }
         // Gone services first, then the oldest: a contested key goes to the oldest claimant.
         let mut order: Vec<(Key, Option<OwnedService>)> = changed.into_iter().collect();
@@ -182,32 +246,30 @@ impl Planner {
         let mut shared_gone = Vec::new();
         let mut shared_new = Vec::new();
         let mut stale = Vec::new();
+        let mut scratch = Vec::with_capacity(512);
         for (key, svc) in order {
             let new_udp = svc.as_ref().map(udp_ports).unwrap_or_default();
-            let old_udp = self.udp.remove(&key);
-            if let Some(old_udp) = &old_udp {
-                stale.extend(stale_udp(old_udp, &new_udp));
-            }
-            let old = self.pieces.remove(&key);
-            if let Some(old) = &old {
+            let old = self.pieces.remove_entry(&key);
+            if let Some((_, old)) = &old {
+                if let Some(old_udp) = old.udp() {
+                    stale.extend(stale_udp(old_udp, &new_udp));
+                }
                 if !full {
                     self.forget(old, &mut shared_gone);
+                    before_parts.push(old.unpack(false));
                 }
             }
             if let Some(mut svc) = svc {
+                let name = old.map_or_else(|| Arc::new(key), |(name, _)| name);
                 let backends = std::mem::take(&mut svc.backends);
                 let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
-                self.claims.claim(&key, &mut pieces);
-                pieces.shrink_to_fit();
-                self.remember(&pieces, &mut shared_new);
+                self.claims.claim(&name, &mut pieces);
                 if !full {
-                    after_parts.push(pieces.clone());
+                    after_parts.push(ServicePieces { shared: Vec::new(), ..pieces.clone() });
                 }
-                self.pieces.insert(key.clone(), pieces);
-                self.udp.insert(key, new_udp);
-            }
-            if let (false, Some(old)) = (full, old) {
-                before_parts.push(old);
+                let kept = Kept::new(pieces, new_udp, &mut scratch);
+                self.remember(&kept, &mut shared_new);
+                self.pieces.insert(name, kept);
             }
         }
         let counts: BTreeSet<(IpFamily, u32)> = self.counts.keys().copied().collect();
@@ -217,41 +279,45 @@ impl Planner {
         } else {
             let mut before = self.skeleton.take().unwrap_or_default();
             let mut after = skeleton.clone();
-            // Shared elements go by their counts below, not with each service.
-            for mut p in before_parts {
-                p.shared.clear();
+            // Shared elements go by their counts below, not with each service (the parts
+            // hold none).
+            for p in before_parts {
                 p.merge_into(&mut before);
             }
-            for mut p in after_parts {
-                p.shared.clear();
+            for p in after_parts {
                 p.merge_into(&mut after);
             }
             // Shared elements: only their first addition and their last removal count.
-            push_elements(&mut before, shared_gone);
-            push_elements(&mut after, shared_new);
+            push_elements(&mut before, shared_gone.iter().flat_map(|e| packed::unpack(e)));
+            push_elements(&mut after, shared_new.iter().flat_map(|e| packed::unpack(e)));
             Change::Partial { before: Box::new(before), after: Box::new(after) }
         };
         self.skeleton = Some(skeleton);
         Planned { change, stale_udp: stale, waiters: waiters_out }
     }
 
-    /// Counts what `pieces` use; elements that became present go to `added`.
-    fn remember(&mut self, pieces: &ServicePieces, added: &mut Vec<(SetName, Element)>) {
-        for c in pieces.endpoint_counts() {
+    /// Counts what `kept` uses; shared elements that became present go to `added`
+    /// (packed alone).
+    fn remember(&mut self, kept: &Kept, added: &mut Vec<Box<[u8]>>) {
+        for c in kept.endpoint_counts() {
             *self.counts.entry(c).or_insert(0) += 1;
         }
-        for (set, el) in &pieces.shared {
-            let n = self.shared.entry((set.clone(), el.clone())).or_insert(0);
-            *n += 1;
-            if *n == 1 {
-                added.push((set.clone(), el.clone()));
+        let mut buf = Vec::new();
+        for (set, el) in packed::entries(&kept.shared) {
+            packed::standalone_into(&mut buf, set, el);
+            if let Some(n) = self.shared.get_mut(buf.as_slice()) {
+                *n += 1;
+            } else {
+                let k: Box<[u8]> = buf.as_slice().into();
+                added.push(k.clone());
+                self.shared.insert(k, 1);
             }
         }
     }
 
-    /// Uncounts what `pieces` used; elements nobody uses any more go to `gone`.
-    fn forget(&mut self, pieces: &ServicePieces, gone: &mut Vec<(SetName, Element)>) {
-        for c in pieces.endpoint_counts() {
+    /// Uncounts what `kept` used; shared elements nobody uses any more go to `gone`.
+    fn forget(&mut self, kept: &Kept, gone: &mut Vec<Box<[u8]>>) {
+        for c in kept.endpoint_counts() {
             if let Some(n) = self.counts.get_mut(&c) {
                 *n -= 1;
                 if *n == 0 {
@@ -259,13 +325,15 @@ impl Planner {
                 }
             }
         }
-        for (set, el) in &pieces.shared {
-            let k = (set.clone(), el.clone());
-            if let Some(n) = self.shared.get_mut(&k) {
+        let mut buf = Vec::new();
+        for (set, el) in packed::entries(&kept.shared) {
+            packed::standalone_into(&mut buf, set, el);
+            if let Some(n) = self.shared.get_mut(buf.as_slice()) {
                 *n -= 1;
                 if *n == 0 {
-                    self.shared.remove(&k);
-                    gone.push(k);
+                    if let Some((k, _)) = self.shared.remove_entry(buf.as_slice()) {
+                        gone.push(k);
+                    }
                 }
             }
         }
@@ -277,22 +345,25 @@ impl Planner {
     }
 
     /// Every service's objects, borrowed, for a full sync or a comparison with the kernel.
-    /// The shared elements come last, once each.
-    pub fn parts(&self) -> (Vec<Part<'_>>, Vec<(SetName, Element)>) {
-        let parts =
-            self.pieces.values().map(|p| Part { sets: &p.sets, chains: &p.chains, elements: &p.elements }).collect();
-        let mut shared: Vec<(SetName, Element)> = self.shared.keys().cloned().collect();
-        shared.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.key.cmp(&b.1.key)));
-        (parts, shared)
+    /// The shared elements come last, once each, packed (sorted: the same order each time).
+    pub fn parts(&self) -> (Vec<Part<'_>>, Vec<u8>) {
+        let parts = self
+            .pieces
+            .values()
+            .map(|p| Part { sets: p.sets(), chains: p.chains(), elements: &[], packed: &p.elements })
+            .collect();
+        let mut keys: Vec<&[u8]> = self.shared.keys().map(|k| &**k).collect();
+        keys.sort_unstable();
+        (parts, keys.concat())
     }
 
     /// The whole desired table as one value (`--dry-run`, tests).
     pub fn assemble(&self) -> Ruleset {
         let mut rs = self.skeleton.clone().unwrap_or_default();
         for p in self.pieces.values() {
-            p.clone().merge_into(&mut rs);
+            p.unpack(true).merge_into(&mut rs);
         }
-        push_elements(&mut rs, self.parts().1);
+        push_elements(&mut rs, packed::unpack(&self.parts().1));
         for (_, els) in &mut rs.elements {
             els.sort_by(|a, b| a.key.cmp(&b.key));
             els.dedup();
@@ -329,7 +400,7 @@ pub fn build(input: &Input) -> Ruleset {
     p.assemble()
 }
 
-fn push_elements(rs: &mut Ruleset, els: Vec<(SetName, Element)>) {
+fn push_elements(rs: &mut Ruleset, els: impl IntoIterator<Item = (SetName, Element)>) {
     for (set, el) in els {
         match rs.elements.iter_mut().find(|(n, _)| *n == set) {
             Some((_, v)) => v.push(el),

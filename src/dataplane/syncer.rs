@@ -234,7 +234,7 @@ async fn apply<K: Kernel>(
     }
     let skeleton = planner.skeleton().ok_or("nothing planned yet")?;
     let (mut parts, shared) = planner.parts();
-    parts.push(Part { sets: &[], chains: &[], elements: &shared });
+    parts.push(Part { packed: &shared, ..Part::default() });
     let kernel = k.list_table(table).await.map_err(|e| e.to_string())?;
     if let Some(kt) = kernel {
         match repair(skeleton, &parts, &kt).map_err(|e| e.to_string())? {

@@ -3,6 +3,7 @@
 //! Pure: no I/O. Each function returns the messages for one object; the sync
 //! engine decides which objects go into a transaction and in what order.
 
+use std::borrow::Borrow;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -248,10 +249,10 @@ impl Lowerer {
 
     /// `NEWSETELEM`/`DELSETELEM` messages for elements of `set`, split so each
     /// element list stays below the 64 KiB attribute length limit.
-    pub fn elements<'e>(
+    pub fn elements<E: Borrow<Element>>(
         &self,
         set: &Set,
-        elems: impl IntoIterator<Item = &'e Element>,
+        elems: impl IntoIterator<Item = E>,
         add: bool,
     ) -> Result<Vec<Op>, LowerError> {
         let mut ops = Vec::new();
@@ -261,16 +262,16 @@ impl Lowerer {
 
     /// [`Lowerer::elements`] one message at a time: only one chunk's attributes
     /// exist at once, however many elements the set has.
-    pub fn elements_each<'e>(
+    pub fn elements_each<E: Borrow<Element>>(
         &self,
         set: &Set,
-        elems: impl IntoIterator<Item = &'e Element>,
+        elems: impl IntoIterator<Item = E>,
         add: bool,
         sink: &mut dyn FnMut(Op),
     ) -> Result<(), LowerError> {
         let mut chunks = Chunker::new(self, &set.name, None, add);
         for e in elems {
-            for a in element_attrs(set, e, add)? {
+            for a in element_attrs(set, e.borrow(), add)? {
                 chunks.push(a, sink);
             }
         }

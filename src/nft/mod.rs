@@ -14,6 +14,7 @@ pub mod expr;
 pub mod ir;
 pub mod list;
 pub mod lower;
+pub mod packed;
 pub mod recv;
 pub mod render;
 pub mod repair;

@@ -9,6 +9,7 @@ use super::error::NftError;
 use super::ir::*;
 use super::list::{parse_element, KernelElement, KernelTable};
 use super::lower::{element_attrs, LowerError, Lowerer, Op};
+use super::packed::ElemRef;
 use super::sync::Part;
 use super::wire::Attr;
 
@@ -66,15 +67,7 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
     }
 
     // Desired elements per set, encoded as the kernel lists them.
-    let mut want_elems: HashMap<&str, Vec<&Element>> = HashMap::new();
-    for (set, els) in &base.elements {
-        want_elems.entry(&**set).or_default().extend(els.iter());
-    }
-    for p in parts {
-        for (set, e) in p.elements {
-            want_elems.entry(&**set).or_default().push(e);
-        }
-    }
+    let mut want_elems = super::sync::merged_elements(base, parts);
     let mut new_sets = Vec::new();
     let mut removals = Vec::new();
     let mut additions = Vec::new();
@@ -84,7 +77,8 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
         let Some(k) = ksets.get(s.name.as_str()) else {
             new_sets.push(probe);
             if !want.is_empty() {
-                l.elements_each(s, want, true, &mut |op| additions.push(op)).map_err(lower_err)?;
+                l.elements_each(s, want.iter().map(ElemRef::get), true, &mut |op| additions.push(op))
+                    .map_err(lower_err)?;
             }
             continue;
         };
@@ -93,7 +87,7 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
         }
         let mut encoded: HashMap<KernelElement, Attr> = HashMap::with_capacity(want.len());
         for e in want {
-            for a in element_attrs(s, e, true).map_err(lower_err)? {
+            for a in element_attrs(s, &e.get(), true).map_err(lower_err)? {
                 let ke = parse_element(&a).map_err(|e| NftError::Decode(e.to_string()))?;
                 encoded.insert(ke, a);
             }

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::error::NftError;
 use super::ir::*;
 use super::lower::{LowerError, Lowerer, Op};
+use super::packed::{self, ElemRef};
 use super::socket::{NftSocket, TxStats};
 
 /// What a sync did.
@@ -37,28 +38,44 @@ pub struct Part<'a> {
     pub chains: &'a [(Chain, Vec<Rule>)],
     /// Elements as (set name, element): of the base's sets or of any part's.
     pub elements: &'a [(SetName, Element)],
+    /// More elements, packed (`nft::packed`): decoded one at a time as they are sent.
+    pub packed: &'a [u8],
 }
 
-fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, Vec<&'a Element>> {
+impl<'a> Part<'a> {
+    /// Every element of this part as (set name, element).
+    pub fn each_element(&self) -> impl Iterator<Item = (&'a str, ElemRef<'a>)> {
+        let plain = self.elements.iter().map(|(set, e)| (&**set, ElemRef::Plain(e)));
+        plain.chain(packed::entries(self.packed).map(|(set, e)| (set, ElemRef::Packed(e))))
+    }
+}
+
+/// The elements of `r` and `parts`, by set name.
+pub fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, Vec<ElemRef<'a>>> {
+    let mut m: HashMap<&str, Vec<ElemRef<'a>>> = HashMap::new();
+    for (set, elems) in &r.elements {
+        m.entry(set.as_str()).or_default().extend(elems.iter().map(ElemRef::Plain));
+    }
+    for p in parts {
+        for (set, e) in p.each_element() {
+            m.entry(set).or_default().push(e);
+        }
+    }
+    m
+}
+
+fn plain_elements(r: &Ruleset) -> HashMap<&str, Vec<&Element>> {
     let mut m: HashMap<&str, Vec<&Element>> = HashMap::new();
     for (set, elems) in &r.elements {
         m.entry(set.as_str()).or_default().extend(elems.iter());
-    }
-    for p in parts {
-        for (set, e) in p.elements {
-            m.entry(&**set).or_default().push(e);
-        }
     }
     m
 }
 
 fn check_refs(r: &Ruleset, parts: &[Part<'_>]) -> Result<(), LowerError> {
     let sets: HashSet<&str> = r.sets.iter().chain(parts.iter().flat_map(|p| p.sets)).map(|s| s.name.as_str()).collect();
-    let named = r
-        .elements
-        .iter()
-        .map(|(set, _)| set.as_str())
-        .chain(parts.iter().flat_map(|p| p.elements.iter().map(|e| &*e.0)));
+    let named =
+        r.elements.iter().map(|(set, _)| set.as_str()).chain(parts.iter().flat_map(|p| p.each_element().map(|e| e.0)));
     for set in named {
         if !sets.contains(set) {
             return Err(LowerError {
@@ -100,7 +117,7 @@ pub fn full_sync_each(base: &Ruleset, parts: &[Part<'_>], sink: &mut dyn FnMut(O
     let elems = merged_elements(base, parts);
     for s in sets() {
         if let Some(e) = elems.get(s.name.as_str()) {
-            l.elements_each(s, e.iter().copied(), true, sink)?;
+            l.elements_each(s, e.iter().map(ElemRef::get), true, sink)?;
         }
     }
     for (c, rules) in chains() {
@@ -157,8 +174,8 @@ pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, L
         }
     }
     // 3. Elements: removals (which may release chains deleted below), then additions.
-    let prev_elems = merged_elements(previous, &[]);
-    let want_elems = merged_elements(desired, &[]);
+    let prev_elems = plain_elements(previous);
+    let want_elems = plain_elements(desired);
     let mut adds = Vec::new();
     for s in &desired.sets {
         let want = want_elems.get(s.name.as_str()).cloned().unwrap_or_default();
@@ -298,13 +315,17 @@ mod tests {
             whole.elements.iter().flat_map(|(s, els)| els.iter().map(move |e| (s.clone().into(), e.clone()))).collect();
         let chains: Vec<&[(Chain, Vec<Rule>)]> = whole.chains[2..].chunks(4).collect();
         let elems: Vec<&[(SetName, Element)]> = flat.chunks(3).collect();
+        // Every other part keeps its elements packed, as the planner does.
+        let packed: Vec<Box<[u8]>> = elems.iter().map(|c| packed::pack(*c)).collect();
         let parts: Vec<Part> = (0..chains.len().max(elems.len()))
             .map(|i| Part {
                 sets: &[],
                 chains: chains.get(i).copied().unwrap_or_default(),
-                elements: elems.get(i).copied().unwrap_or_default(),
+                elements: elems.get(i).copied().filter(|_| i % 2 == 0).unwrap_or_default(),
+                packed: packed.get(i).filter(|_| i % 2 == 1).map_or(&[], |p| &**p),
             })
             .collect();
+        assert!(parts.iter().filter(|p| !p.packed.is_empty()).count() >= 5, "{}", parts.len());
         let mut streamed = Vec::new();
         full_sync_each(&base, &parts, &mut |op| streamed.push((op.msg, op.flags, op.object))).unwrap();
         let collected: Vec<_> =
@@ -314,6 +335,10 @@ mod tests {
 
         let orphan = [("nope".into(), whole.elements[0].1[0].clone())];
         let parts = [Part { elements: &orphan, ..Part::default() }];
+        let e = full_sync_each(&base, &parts, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("nope"), "{e}");
+        let orphan = packed::pack(&orphan);
+        let parts = [Part { packed: &orphan, ..Part::default() }];
         let e = full_sync_each(&base, &parts, &mut |_| {}).unwrap_err();
         assert!(e.to_string().contains("nope"), "{e}");
     }
