@@ -316,6 +316,23 @@ fn a_full_or_read_only_state_fs_changes_nothing() {
     assert_eq!(v["spec"]["ports"][0]["nodePort"], old["spec"]["ports"][0]["nodePort"]);
 }
 
+/// A NodePort Service named `name` with one port.
+fn nodeport_svc(name: &str, port: i64) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+        "spec": {"type": "NodePort", "ports": [{"port": port}]}})
+}
+
+/// One raw `objects.apply` call over the socket; the whole JSON-RPC answer.
+fn objects_apply(socket: &Path, params: serde_json::Value) -> serde_json::Value {
+    let mut s = UnixStream::connect(socket).unwrap();
+    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply", "params": params});
+    s.write_all(format!("{req}\n").as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    serde_json::from_str(text.trim()).unwrap()
+}
+
 /// Issue 11 item 4 with the real daemon: a List goes in one `objects.apply` call; an
 /// object named twice is applied twice in order (the second sees the first), a refused
 /// one does not stop the others, and the output is one line per object as before.
@@ -323,12 +340,8 @@ fn a_full_or_read_only_state_fs_changes_nothing() {
 fn a_list_is_applied_in_one_call_with_per_object_results() {
     let dir = setup();
     let d = Daemon::start(dir.path());
-    let svc = |name: &str, port: i64| {
-        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"type": "NodePort", "ports": [{"port": port}]}})
-    };
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": [
-        svc("a", 80), svc("b", 80), svc("a", 81), svc("bad", 0), svc("c", 80)]});
+        nodeport_svc("a", 80), nodeport_svc("b", 80), nodeport_svc("a", 81), nodeport_svc("bad", 0), nodeport_svc("c", 80)]});
     let file = dir.path().join("list.json");
     std::fs::write(&file, list.to_string()).unwrap();
     let out = d.ctl(&["apply", "-f", file.to_str().unwrap()]);
@@ -345,16 +358,9 @@ fn a_list_is_applied_in_one_call_with_per_object_results() {
     assert_eq!(a["metadata"]["generation"], 2);
     // Raw: one call, one result per object, in order. `a` as nodeportctl sent it (with
     // its applier annotation, for `apply --prune`) is unchanged.
-    let mut same_a = svc("a", 81);
+    let mut same_a = nodeport_svc("a", 81);
     same_a["metadata"]["annotations"] = serde_json::json!({"nodeportd.io/applied-by": "nodeportctl"});
-    let mut s = UnixStream::connect(&d.socket).unwrap();
-    let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply",
-        "params": {"objects": [same_a, 7, svc("d", 80)]}});
-    s.write_all(format!("{req}\n").as_bytes()).unwrap();
-    s.shutdown(std::net::Shutdown::Write).unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let r: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    let r = objects_apply(&d.socket, serde_json::json!({"objects": [same_a, 7, nodeport_svc("d", 80)]}));
     let results = r["result"]["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{r}");
     assert_eq!(results[0]["action"], "unchanged");
@@ -369,34 +375,24 @@ fn a_list_is_applied_in_one_call_with_per_object_results() {
 fn a_brief_objects_apply_answers_actions_only() {
     let dir = setup();
     let d = Daemon::start(dir.path());
-    let svc = |name: &str, port: i64| {
-        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-            "spec": {"type": "NodePort", "ports": [{"port": port}]}})
-    };
-    let call = |params: serde_json::Value| {
-        let mut s = UnixStream::connect(&d.socket).unwrap();
-        let req = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "objects.apply", "params": params});
-        s.write_all(format!("{req}\n").as_bytes()).unwrap();
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        serde_json::from_str::<serde_json::Value>(text.trim()).unwrap()
-    };
-    let r = call(serde_json::json!({"brief": "yes", "objects": [svc("a", 80)]}));
+    let call = |params: serde_json::Value| objects_apply(&d.socket, params);
+    let r = call(serde_json::json!({"brief": "yes", "objects": [nodeport_svc("a", 80)]}));
     let msg = r["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("params.brief") && msg.contains("\"yes\""), "{r}");
     let out = d.ctl(&["get", "svc", "-A", "-o", "json"]);
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "a refused call applied something: {list}");
 
-    let r = call(serde_json::json!({"brief": true, "objects": [svc("a", 80), svc("bad", 0), svc("a", 80)]}));
+    let r = call(
+        serde_json::json!({"brief": true, "objects": [nodeport_svc("a", 80), nodeport_svc("bad", 0), nodeport_svc("a", 80)]}),
+    );
     let results = r["result"]["results"].as_array().unwrap();
     assert_eq!(results.len(), 3, "{r}");
     assert_eq!(results[0], serde_json::json!({"action": "created"}), "{r}");
     assert!(results[1]["error"]["message"].as_str().unwrap().contains("spec.ports[0].port"), "{r}");
     assert_eq!(results[2], serde_json::json!({"action": "unchanged"}), "{r}");
     // Not brief (or brief false): each result has its stored object, as before.
-    let r = call(serde_json::json!({"brief": false, "objects": [svc("b", 80)]}));
+    let r = call(serde_json::json!({"brief": false, "objects": [nodeport_svc("b", 80)]}));
     let results = r["result"]["results"].as_array().unwrap();
     assert_eq!(results[0]["action"], "created");
     assert_eq!(results[0]["object"]["metadata"]["name"], "b", "{r}");
