@@ -82,18 +82,25 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
         }
         _ => return read(&mut st.borrow_mut(), method, &params),
     };
+    // What each result is announced as on ubus.
+    let deleting = matches!(method, "service.delete" | "endpoints.delete" | "node.delete" | "objects.prune");
     if method == "objects.prune" {
         let results: Vec<Value> = write(&st, intents, Source::Local)
             .await
             .into_iter()
             .map(|r| match r {
-                Ok((_, obj)) => json!({ "action": "pruned", "object": object_json(&obj) }),
+                Ok((action, obj)) => {
+                    announce(&st, true, action, &obj);
+                    json!({ "action": "pruned", "object": object_json(&obj) })
+                }
                 Err(e) => json!({ "error": e.to_json() }),
             })
             .collect();
         return Ok(json!({ "results": results }));
     }
     let batch = method == "objects.apply";
+    // `brief` results leave the object out (checked with the other params above).
+    let brief = batch && brief_param(&params).unwrap_or(false);
     // An objects.apply's results, one per object.
     let mut done = Vec::new();
     loop {
@@ -104,13 +111,21 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
         if !batch {
             let (action, obj) =
                 results.into_iter().next().unwrap_or_else(|| Err(ApiError::internal("no result").into()))?;
+            announce(&st, deleting, action, &obj);
             return Ok(match method {
                 "service.delete" | "endpoints.delete" | "node.delete" => object(vec![("object", object_json(&obj))]),
                 _ => object(vec![("action", action.to_string().into()), ("object", object_json(&obj))]),
             });
         }
         done.extend(results.into_iter().map(|r| match r {
-            Ok((action, obj)) => object(vec![("action", action.to_string().into()), ("object", object_json(&obj))]),
+            Ok((action, obj)) => {
+                announce(&st, false, action, &obj);
+                let mut fields = vec![("action", action.to_string().into())];
+                if !brief {
+                    fields.push(("object", object_json(&obj)));
+                }
+                object(fields)
+            }
             Err(e) => object(vec![("error", e.to_json())]),
         }));
         if items.peek().is_none() {
@@ -118,6 +133,16 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
         }
         // Unchanged objects write nothing, so nothing else would let others in.
         tokio::task::yield_now().await;
+    }
+}
+
+/// Queue the ubus event of one written object (nothing when ubus is off).
+fn announce(st: &Rc<RefCell<State>>, deleted: bool, action: Action, obj: &Object) {
+    let s = st.borrow();
+    if s.ubus.enabled() {
+        if let Some(ev) = super::ubus::object_event(deleted, action, obj) {
+            s.ubus.send(ev);
+        }
     }
 }
 

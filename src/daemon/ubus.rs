@@ -1,6 +1,6 @@
 //! The daemon's side of the native ubus object: requests from both the socket and ubus
-//! go through `call`, which announces Service changes; `notify_sync` announces the data
-//! plane's state; `spawn` starts the connection.
+//! go through `handlers::call`, which announces Service changes with [`object_event`];
+//! `notify_sync` announces the data plane's state; `spawn` starts the connection.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -10,113 +10,47 @@ use tokio::sync::watch;
 
 use super::sync::DataplaneStatus;
 use super::State;
-use crate::api::rpc::RpcError;
+use crate::model::{EndpointsObject, SERVICE_NAME_LABEL};
+use crate::registry::{Action, Object};
 use crate::ubus::{self, Event, SERVICE_EVENT, SYNC_EVENT};
 
-/// One request, from the socket API or ubus: the handler, then the event it causes.
-pub async fn call(st: Rc<RefCell<State>>, method: String, params: Value) -> Result<Value, RpcError> {
-    let brief = method == "objects.apply" && super::handlers::brief_param(&params).unwrap_or(false);
-    let mut result = super::handlers::call(st.clone(), &method, params).await;
-    match &result {
-        Ok(r) if st.borrow().ubus.enabled() => {
-            for ev in events(&method, r) {
-                st.borrow().ubus.send(ev);
-            }
-        }
-        _ => {}
-    }
-    if brief {
-        // The events above had the objects; the caller asked for the actions only.
-        if let Ok(Value::Object(r)) = &mut result {
-            for item in r.get_mut("results").and_then(Value::as_array_mut).into_iter().flatten() {
-                if let Value::Object(m) = item {
-                    m.remove("object");
-                }
-            }
-        }
-    }
-    result
-}
-
-/// The events of one answered request: one per object of an `objects.apply` (a List).
-fn events(method: &str, result: &Value) -> Vec<Event> {
-    let pruned = method == "objects.prune";
-    if method != "objects.apply" && !pruned {
-        return service_event(method, result).into_iter().collect();
-    }
-    let items = result.get("results").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    items
-        .iter()
-        .filter_map(|r| {
-            let kind = r.pointer("/object/kind").and_then(Value::as_str)?;
-            let method = match (kind, pruned) {
-                ("Node", _) => return None,
-                ("Service", false) => "service.apply",
-                ("Service", true) => "service.delete",
-                (_, false) => "endpoints.apply",
-                (_, true) => "endpoints.delete",
-            };
-            service_event(method, r)
-        })
-        .collect()
-}
-
-/// `nodeportd.service` for an applied (created or changed) or deleted Service:
-/// `{"action", "namespace", "name", "clusterIP", "nodePorts"}`; for a change of the
+/// `nodeportd.service` for a Service created, changed (`action` Created or Configured) or
+/// deleted: `{"action", "namespace", "name", "clusterIP", "nodePorts"}`; for a change of the
 /// Endpoints or EndpointSlice that feeds one: `{"action": "endpoints", "namespace",
-/// "name", "endpoints": "KIND/NAME"}`.
-pub fn service_event(method: &str, result: &Value) -> Option<Event> {
-    if method == "endpoints.apply" || method == "endpoints.delete" {
-        return endpoints_event(method, result);
-    }
-    let action = match method {
-        "service.apply" => match result.get("action").and_then(Value::as_str) {
-            Some(a @ ("created" | "configured")) => a,
-            _ => return None,
-        },
-        "service.delete" => "deleted",
-        _ => return None,
-    };
-    let obj = result.get("object")?;
-    let meta = obj.get("metadata")?;
-    let spec = obj.get("spec");
-    let node_ports: Vec<Value> = spec
-        .and_then(|s| s.get("ports"))
-        .and_then(Value::as_array)
-        .map(|ports| ports.iter().filter_map(|p| p.get("nodePort").cloned()).collect())
-        .unwrap_or_default();
-    let mut data = Map::new();
-    data.insert("action".into(), json!(action));
-    data.insert("namespace".into(), meta.get("namespace").cloned().unwrap_or(json!("default")));
-    data.insert("name".into(), meta.get("name").cloned().unwrap_or(Value::Null));
-    if let Some(ip) = spec.and_then(|s| s.get("clusterIP")) {
-        data.insert("clusterIP".into(), ip.clone());
-    }
-    data.insert("nodePorts".into(), Value::Array(node_ports));
-    Some(Event { id: SERVICE_EVENT, data })
-}
-
-fn endpoints_event(method: &str, result: &Value) -> Option<Event> {
-    if method == "endpoints.apply"
-        && !matches!(result.get("action").and_then(Value::as_str), Some("created" | "configured"))
-    {
+/// "name", "endpoints": "KIND/NAME"}`. Nothing for an unchanged object or a Node.
+pub fn object_event(deleted: bool, action: Action, obj: &Object) -> Option<Event> {
+    if !deleted && action == Action::Unchanged {
         return None;
     }
-    let obj = result.get("object")?;
-    let meta = obj.get("metadata")?;
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("Endpoints");
-    let own = meta.get("name").and_then(Value::as_str)?;
-    // An Endpoints object feeds the Service of its name; a slice the one its label names.
-    let service = if kind == "EndpointSlice" {
-        meta.pointer("/labels/kubernetes.io~1service-name").and_then(Value::as_str)?
-    } else {
-        own
-    };
     let mut data = Map::new();
-    data.insert("action".into(), json!("endpoints"));
-    data.insert("namespace".into(), meta.get("namespace").cloned().unwrap_or(json!("default")));
-    data.insert("name".into(), json!(service));
-    data.insert("endpoints".into(), json!(format!("{kind}/{own}")));
+    match obj {
+        Object::Service(s) => {
+            data.insert("action".into(), json!(if deleted { "deleted".to_string() } else { action.to_string() }));
+            data.insert("namespace".into(), json!(s.metadata.ns()));
+            data.insert("name".into(), json!(s.metadata.name));
+            if let Some(ip) = &s.spec.cluster_ip {
+                data.insert("clusterIP".into(), json!(ip));
+            }
+            let node_ports = s.spec.ports.iter().filter_map(|p| p.node_port).map(Value::from).collect();
+            data.insert("nodePorts".into(), Value::Array(node_ports));
+        }
+        Object::Endpoints(e) => {
+            let (kind, meta) = match e {
+                EndpointsObject::Endpoints(o) => ("Endpoints", &o.metadata),
+                EndpointsObject::Slice(o) => ("EndpointSlice", &o.metadata),
+            };
+            // An Endpoints object feeds the Service of its name; a slice the one its label names.
+            let service = match e {
+                EndpointsObject::Endpoints(_) => meta.name.as_str(),
+                EndpointsObject::Slice(_) => meta.labels.get(SERVICE_NAME_LABEL)?,
+            };
+            data.insert("action".into(), json!("endpoints"));
+            data.insert("namespace".into(), json!(meta.ns()));
+            data.insert("name".into(), json!(service));
+            data.insert("endpoints".into(), json!(format!("{kind}/{}", meta.name)));
+        }
+        Object::Node(_) => return None,
+    }
     Some(Event { id: SERVICE_EVENT, data })
 }
 
@@ -150,8 +84,11 @@ pub fn spawn<T: Send + Sync + 'static>(
         return;
     }
     let handler_state = st.clone();
-    let handler: ubus::Call =
-        Rc::new(move |method, params| Box::pin(call(handler_state.clone(), method.to_string(), params)));
+    let handler: ubus::Call = Rc::new(move |method, params| {
+        let st = handler_state.clone();
+        let method = method.to_string();
+        Box::pin(async move { super::handlers::call(st, &method, params).await })
+    });
     tokio::task::spawn_local(ubus::conn::run(setting, handler, queue));
     let st = st.clone();
     tokio::task::spawn_local(async move {
@@ -171,41 +108,61 @@ pub fn spawn<T: Send + Sync + 'static>(
 mod tests {
     use super::*;
 
+    fn service(v: Value) -> Object {
+        Object::Service(serde_json::from_value(v).unwrap())
+    }
+
+    fn endpoints(v: Value) -> Object {
+        let o = if v["kind"] == "EndpointSlice" {
+            EndpointsObject::Slice(serde_json::from_value(v).unwrap())
+        } else {
+            EndpointsObject::Endpoints(serde_json::from_value(v).unwrap())
+        };
+        Object::Endpoints(o)
+    }
+
     #[test]
     fn service_events_for_changes_only() {
-        let svc = json!({"metadata": {"name": "web", "namespace": "shop"},
-                         "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80, "nodePort": 30080}, {"port": 81}]}});
-        let ev = service_event("service.apply", &json!({"action": "created", "object": svc})).unwrap();
+        let svc = service(json!({"metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"clusterIP": "10.96.0.10", "ports": [{"port": 80, "nodePort": 30080}, {"port": 81}]}}));
+        let ev = object_event(false, Action::Created, &svc).unwrap();
         assert_eq!(ev.id, "nodeportd.service");
         assert_eq!(
             Value::Object(ev.data),
             json!({"action": "created", "namespace": "shop", "name": "web", "clusterIP": "10.96.0.10", "nodePorts": [30080]})
         );
-        let ev = service_event("service.delete", &json!({"object": svc})).unwrap();
-        assert_eq!(ev.data["action"], "deleted");
-        assert!(service_event("service.apply", &json!({"action": "unchanged", "object": svc})).is_none());
-        assert!(service_event("service.get", &json!({"object": svc})).is_none());
-        assert!(service_event("endpoints.list", &json!({"items": []})).is_none());
+        assert_eq!(object_event(false, Action::Configured, &svc).unwrap().data["action"], "configured");
+        assert_eq!(object_event(true, Action::Unchanged, &svc).unwrap().data["action"], "deleted");
+        assert!(object_event(false, Action::Unchanged, &svc).is_none());
+        // No namespace is the default one, no clusterIP no key.
+        let bare = service(json!({"metadata": {"name": "db"}, "spec": {"ports": [{"port": 5432}]}}));
+        assert_eq!(
+            Value::Object(object_event(false, Action::Created, &bare).unwrap().data),
+            json!({"action": "created", "namespace": "default", "name": "db", "nodePorts": []})
+        );
+        let node = Object::Node(serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap());
+        assert!(object_event(false, Action::Created, &node).is_none());
     }
 
     #[test]
     fn endpoints_events_name_the_service_they_feed() {
-        let ep = json!({"kind": "Endpoints", "metadata": {"name": "web", "namespace": "shop"}});
-        let ev = service_event("endpoints.apply", &json!({"action": "configured", "object": ep})).unwrap();
+        let ep = endpoints(json!({"kind": "Endpoints", "metadata": {"name": "web", "namespace": "shop"}}));
+        let ev = object_event(false, Action::Configured, &ep).unwrap();
         assert_eq!(
             Value::Object(ev.data),
             json!({"action": "endpoints", "namespace": "shop", "name": "web", "endpoints": "Endpoints/web"})
         );
-        let slice = json!({"kind": "EndpointSlice",
-            "metadata": {"name": "web-abc", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}}});
-        let ev = service_event("endpoints.delete", &json!({"object": slice})).unwrap();
+        let slice = endpoints(json!({"kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": "web-abc", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}}}));
+        let ev = object_event(true, Action::Unchanged, &slice).unwrap();
         assert_eq!(
             (ev.data["name"].as_str(), ev.data["endpoints"].as_str()),
             (Some("web"), Some("EndpointSlice/web-abc"))
         );
-        assert!(service_event("endpoints.apply", &json!({"action": "unchanged", "object": ep})).is_none());
-        let orphan = json!({"kind": "EndpointSlice", "metadata": {"name": "x", "namespace": "shop"}});
-        assert!(service_event("endpoints.apply", &json!({"action": "created", "object": orphan})).is_none());
+        assert!(object_event(false, Action::Unchanged, &ep).is_none());
+        let orphan = endpoints(json!({"kind": "EndpointSlice", "addressType": "IPv4",
+            "metadata": {"name": "x", "namespace": "shop"}}));
+        assert!(object_event(false, Action::Created, &orphan).is_none());
     }
 
     #[test]

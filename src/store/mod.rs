@@ -63,10 +63,17 @@ fn io_err(path: &Path, what: &str, e: io::Error) -> StoreError {
     StoreError(format!("{}: {what}: {e}", path.display()))
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Envelope {
     schema: u32,
     object: Value,
+}
+
+/// [`Envelope`] as written: the object by reference, encoded without a copy.
+#[derive(Serialize)]
+struct EnvelopeRef<'a> {
+    schema: u32,
+    object: &'a Value,
 }
 
 /// An object read back at start.
@@ -373,7 +380,7 @@ impl Store {
                 self.fsync_dir(parent)?;
             }
         }
-        let env = Envelope { schema: SCHEMA, object: object.clone() };
+        let env = EnvelopeRef { schema: SCHEMA, object };
         let bytes =
             serde_json::to_vec(&env).map_err(|e| StoreError(format!("cannot encode {namespace}/{name}: {e}")))?;
         let tmp = dir.join(format!(".{name}.json.tmp"));
