@@ -13,6 +13,7 @@ pub mod conntrack;
 pub mod ctl;
 pub mod daemon;
 pub mod dataplane;
+pub mod fxhash;
 pub mod healthcheck;
 pub mod led;
 pub mod logging;

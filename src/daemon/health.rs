@@ -182,10 +182,12 @@ fn reconcile(st: &Rc<RefCell<State>>) {
         }
     }
     for key in std::mem::take(&mut s.health.dirty) {
-        let new = s.registry.get_service(&key.0, &key.1).ok().and_then(|svc| {
-            let ports: Vec<Vec<Backend>> = s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
-            healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name)
-        });
+        // Most services have no health-check port: their backends are not looked up.
+        let new =
+            s.registry.service(&key.0, &key.1).filter(|svc| healthcheck::port_of(svc).is_some()).and_then(|svc| {
+                let ports: Vec<Vec<Backend>> = s.registry.backends(svc).into_iter().map(|p| p.backends).collect();
+                healthcheck::for_service(svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name)
+            });
         let h = &mut s.health;
         if let Some(i) = h.of_service(&key) {
             if new.as_ref().map(|(p, _)| *p) != Some(h.ports[i].port) {

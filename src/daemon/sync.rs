@@ -202,7 +202,7 @@ fn owned(st: &State, service: &crate::model::Service) -> OwnedService {
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.get_service(&key.0, &key.1).ok().map(|s| owned(st, &s))
+    st.registry.service(&key.0, &key.1).map(|s| owned(st, s))
 }
 
 /// The batch the state asks for now, if any: O(changed services), except a rebuild.

@@ -10,7 +10,9 @@
 //! rules) are reference-counted so that one service letting go of them does not remove
 //! them from under another.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::fxhash::FxHashMap as HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 

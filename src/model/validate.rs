@@ -22,7 +22,7 @@
 //! `addressType: FQDN` EndpointSlices (nodeportd DNATs to addresses and cannot resolve
 //! names).
 
-use std::collections::HashSet;
+use crate::fxhash::FxHashSet as HashSet;
 use std::fmt::Display;
 
 use super::names;
@@ -86,7 +86,7 @@ impl<'a> Errs<'a> {
     /// `Kind "name" is invalid: e` for one error, `...: [e1, e2]` for several
     /// (repeated messages once, as apimachinery's aggregate does).
     pub(crate) fn finish(self) -> Result<(), ApiError> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let list: Vec<String> = self.list.into_iter().filter(|e| seen.insert(e.clone())).collect();
         let body = match list.len() {
             0 => return Ok(()),
@@ -272,7 +272,7 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
     }
 
     let several = spec.ports.len() > 1;
-    let mut port_names = HashSet::new();
+    let mut port_names = HashSet::default();
     for (i, p) in spec.ports.iter().enumerate() {
         let f = |leaf: &str| format!("spec.ports[{i}].{leaf}");
         match p.name.as_deref().unwrap_or("") {
@@ -353,7 +353,7 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
             }
         }
     }
-    let mut node_ports = HashSet::new();
+    let mut node_ports = HashSet::default();
     for (i, p) in spec.ports.iter().enumerate() {
         let Some(np) = p.node_port.filter(|&n| n != 0) else { continue };
         // The API server allocates before it validates, so a nodePort named twice for
@@ -362,7 +362,7 @@ fn service_errs(e: &mut Errs, svc: &Service, is_update: bool) {
             e.invalid(&format!("spec.ports[{i}].nodePort"), np, "provided port is already allocated");
         }
     }
-    let mut port_protos = HashSet::new();
+    let mut port_protos = HashSet::default();
     for (i, p) in spec.ports.iter().enumerate() {
         let proto = p.protocol.clone().unwrap_or_default();
         if !port_protos.insert((p.port, proto.clone())) {
@@ -476,7 +476,7 @@ fn cluster_ips_related(e: &mut Errs, svc: &Service) {
     } else if !ips.is_empty() {
         e.invalid("spec.clusterIPs", q_list(ips), "must be empty when `clusterIP` is not specified");
     }
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for (i, f) in spec.ip_families.iter().enumerate() {
         let field = format!("spec.ipFamilies[{i}]");
         if !matches!(f.as_str(), "IPv4" | "IPv6") {
@@ -586,7 +586,7 @@ fn slice_ports(e: &mut Errs, ports: &[EndpointPort]) {
         e.too_many("ports", ports.len(), 100);
         return;
     }
-    let mut seen = HashSet::new();
+    let mut seen = HashSet::default();
     for (i, p) in ports.iter().enumerate() {
         let f = |leaf: &str| format!("ports[{i}].{leaf}");
         let n = p.name.as_deref().unwrap_or("");

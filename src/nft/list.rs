@@ -1,7 +1,7 @@
 //! Listing our table from the kernel (chains, rules, sets, elements) and
 //! comparing it with a desired ruleset, to verify a sync and detect drift.
 
-use std::collections::{HashMap, HashSet};
+use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use netlink_packet_core::DecodeError;
 

@@ -3,7 +3,7 @@
 //! resync timer and a foreign change to our table all come here, so none of them
 //! replaces the table (which would cost O(table) in the kernel for a one-object drift).
 
-use std::collections::{HashMap, HashSet};
+use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::error::NftError;
 use super::ir::*;
@@ -85,7 +85,8 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
         if !same_set_type(&probe, k) {
             return Ok(Repair::Full(format!("set {} has another type", s.name)));
         }
-        let mut encoded: HashMap<KernelElement, Attr> = HashMap::with_capacity(want.len());
+        let mut encoded: HashMap<KernelElement, Attr> =
+            HashMap::with_capacity_and_hasher(want.len(), Default::default());
         for e in want {
             for a in element_attrs(s, &e.get(), true).map_err(lower_err)? {
                 let ke = parse_element(&a).map_err(|e| NftError::Decode(e.to_string()))?;

@@ -2,7 +2,7 @@
 //! atomic transaction, either replacing the whole table or touching only what
 //! changed between two descriptions. Planning is pure; applying is one batch.
 
-use std::collections::{HashMap, HashSet};
+use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::error::NftError;
 use super::ir::*;
@@ -52,7 +52,7 @@ impl<'a> Part<'a> {
 
 /// The elements of `r` and `parts`, by set name.
 pub fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a str, Vec<ElemRef<'a>>> {
-    let mut m: HashMap<&str, Vec<ElemRef<'a>>> = HashMap::new();
+    let mut m: HashMap<&str, Vec<ElemRef<'a>>> = HashMap::default();
     for (set, elems) in &r.elements {
         m.entry(set.as_str()).or_default().extend(elems.iter().map(ElemRef::Plain));
     }
@@ -65,7 +65,7 @@ pub fn merged_elements<'a>(r: &'a Ruleset, parts: &[Part<'a>]) -> HashMap<&'a st
 }
 
 fn plain_elements(r: &Ruleset) -> HashMap<&str, Vec<&Element>> {
-    let mut m: HashMap<&str, Vec<&Element>> = HashMap::new();
+    let mut m: HashMap<&str, Vec<&Element>> = HashMap::default();
     for (set, elems) in &r.elements {
         m.entry(set.as_str()).or_default().extend(elems.iter());
     }

@@ -563,10 +563,12 @@ impl Registry {
     // ---- Services ----
 
     pub fn get_service(&self, ns: &str, name: &str) -> Result<Service, ApiError> {
-        self.services
-            .get(&(ns.to_string(), name.to_string()))
-            .map(|s| (**s).clone())
-            .ok_or_else(|| ApiError::not_found("services", name))
+        self.service(ns, name).cloned().ok_or_else(|| ApiError::not_found("services", name))
+    }
+
+    /// A stored Service, by reference.
+    pub fn service(&self, ns: &str, name: &str) -> Option<&Service> {
+        self.services.get(&(ns.to_string(), name.to_string())).map(|s| &**s)
     }
 
     /// Every service, by reference, sorted by namespace and name (no copies: a full
