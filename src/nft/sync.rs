@@ -72,19 +72,18 @@ fn plain_elements(r: &Ruleset) -> HashMap<&str, Vec<&Element>> {
     m
 }
 
-fn check_refs(r: &Ruleset, parts: &[Part<'_>]) -> Result<(), LowerError> {
+/// Every set that elements are `named` for must be declared by `r` or `parts`. Takes the
+/// names once per set (the keys of [`merged_elements`]), not once per element.
+fn check_refs<'a>(r: &Ruleset, parts: &[Part<'_>], named: impl Iterator<Item = &'a str>) -> Result<(), LowerError> {
     let sets: HashSet<&str> = r.sets.iter().chain(parts.iter().flat_map(|p| p.sets)).map(|s| s.name.as_str()).collect();
-    let named =
-        r.elements.iter().map(|(set, _)| set.as_str()).chain(parts.iter().flat_map(|p| p.each_element().map(|e| e.0)));
-    for set in named {
-        if !sets.contains(set) {
-            return Err(LowerError {
-                object: format!("elements of set {set}"),
-                reason: "the ruleset declares no such set".into(),
-            });
-        }
+    // The first by name, whatever order `named` comes in.
+    match named.filter(|set| !sets.contains(set)).min() {
+        Some(set) => Err(LowerError {
+            object: format!("elements of set {set}"),
+            reason: "the ruleset declares no such set".into(),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// One transaction that replaces the table: add (so the delete cannot fail),
@@ -101,7 +100,8 @@ pub fn full_sync_ops(desired: &Ruleset) -> Result<Vec<Op>, LowerError> {
 /// whole transaction as messages. Deterministic: a second call yields the same
 /// messages in the same order (the socket relies on it to name failures).
 pub fn full_sync_each(base: &Ruleset, parts: &[Part<'_>], sink: &mut dyn FnMut(Op)) -> Result<(), LowerError> {
-    check_refs(base, parts)?;
+    let elems = merged_elements(base, parts);
+    check_refs(base, parts, elems.keys().copied())?;
     let sets = || base.sets.iter().chain(parts.iter().flat_map(|p| p.sets));
     let chains = || base.chains.iter().chain(parts.iter().flat_map(|p| p.chains));
     let mut l = Lowerer::new(base.family, &base.table);
@@ -114,7 +114,6 @@ pub fn full_sync_each(base: &Ruleset, parts: &[Part<'_>], sink: &mut dyn FnMut(O
     for s in sets() {
         sink(l.new_set(s)?);
     }
-    let elems = merged_elements(base, parts);
     for s in sets() {
         if let Some(e) = elems.get(s.name.as_str()) {
             l.elements_each(s, e.iter().map(ElemRef::get), true, sink)?;
@@ -134,7 +133,7 @@ pub fn full_sync_each(base: &Ruleset, parts: &[Part<'_>], sink: &mut dyn FnMut(O
 /// programmed it) into `desired`. Sets and chains are matched by name, which
 /// the data plane derives from content, so a changed service is a new name.
 pub fn partial_sync_ops(previous: &Ruleset, desired: &Ruleset) -> Result<Plan, LowerError> {
-    check_refs(desired, &[])?;
+    check_refs(desired, &[], desired.elements.iter().map(|(set, _)| set.as_str()))?;
     if previous.family != desired.family || previous.table != desired.table {
         return Ok(Plan::Full("the table changed"));
     }
@@ -283,6 +282,31 @@ mod tests {
         }
         assert!(sizes.iter().all(|s| *s == sizes[0]), "{sizes:?}");
         assert!(sizes[0] > 0 && sizes[0] < 20, "{sizes:?}");
+    }
+
+    #[test]
+    fn elements_of_an_undeclared_set_are_refused_before_any_message() {
+        let good = synthetic(3, 2);
+        let mut bad = good.clone();
+        let el = bad.elements[0].1[0].clone();
+        bad.elements.push(("zz-missing".into(), vec![el.clone()]));
+        bad.elements.push(("aa-missing".into(), vec![el.clone(), el]));
+        // The first missing set by name, in both paths.
+        for err in [full_sync_ops(&bad).unwrap_err(), partial_sync_ops(&good, &bad).err().unwrap()] {
+            assert_eq!(err.object, "elements of set aa-missing");
+            assert_eq!(err.reason, "the ruleset declares no such set");
+        }
+        // Packed parts are checked too, and nothing reaches the sink first.
+        let (set, e) = (&good.elements[0].0, good.elements[0].1[0].clone());
+        let packed = crate::nft::packed::pack(&[(std::borrow::Cow::Borrowed("nope"), e.clone())]);
+        let part = Part { sets: &[], chains: &[], elements: &[], packed: &packed };
+        let mut sent = 0;
+        let err = full_sync_each(&good, &[part], &mut |_| sent += 1).unwrap_err();
+        assert_eq!((err.object.as_str(), sent), ("elements of set nope", 0));
+        let packed = crate::nft::packed::pack(&[(std::borrow::Cow::Owned(set.clone()), e)]);
+        let part = Part { sets: &[], chains: &[], elements: &[], packed: &packed };
+        full_sync_each(&good, &[part], &mut |_| sent += 1).unwrap();
+        assert!(sent > 0);
     }
 
     #[test]
