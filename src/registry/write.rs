@@ -114,10 +114,12 @@ impl Registry {
         debug_assert!(Rc::ptr_eq(&p.returns, &self.returns), "a change committed to another registry");
         // The reservations become the object's holdings: nothing to give back.
         p.taken = Taken::default();
+        // The object is returned, not copied: the registry keeps the one copy it stores.
+        let object = std::mem::replace(&mut p.object, Object::Node(Node::default()));
         match p.change.take() {
             None => {}
             Some(Change::PutService { key, held }) => {
-                if let Object::Service(svc) = &p.object {
+                if let Object::Service(svc) = &object {
                     // Release by what the stored object holds now, which the prepare saw.
                     let prev = self.held.get(&key).cloned().unwrap_or_default();
                     self.release(&prev, &held);
@@ -133,7 +135,7 @@ impl Registry {
                 }
                 self.problems.retain(|(k, _)| *k != key);
             }
-            Some(Change::PutEndpoints) => match &p.object {
+            Some(Change::PutEndpoints) => match &object {
                 Object::Endpoints(EndpointsObject::Endpoints(e)) => {
                     self.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e.clone());
                 }
@@ -141,7 +143,7 @@ impl Registry {
                 Object::Service(_) | Object::Node(_) => {}
             },
             Some(Change::PutNode) => {
-                if let Object::Node(n) = &p.object {
+                if let Object::Node(n) = &object {
                     self.nodes.insert(n.name().to_string(), n.clone());
                 }
             }
@@ -157,7 +159,7 @@ impl Registry {
                 }
             },
         }
-        p.object.clone()
+        object
     }
 
     /// Prepares the deletion of a Service; its values are freed at the commit.
