@@ -193,7 +193,7 @@ fn node_input(st: &State) -> Input<'static> {
 }
 
 /// The worker's copy of one stored service.
-fn owned(st: &State, service: &crate::model::Service) -> OwnedService {
+fn owned(st: &State, service: &std::sync::Arc<crate::model::Service>) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
     for p in st.registry.backends(service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
@@ -202,7 +202,7 @@ fn owned(st: &State, service: &crate::model::Service) -> OwnedService {
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.service(&key.0, &key.1).map(|s| owned(st, s))
+    st.registry.shared_service(&key.0, &key.1).map(|s| owned(st, s))
 }
 
 /// The batch the state asks for now, if any: O(changed services), except a rebuild.
@@ -216,7 +216,7 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
     }
     let changed = if rebuild {
         s.registry
-            .services()
+            .shared_services()
             .map(|svc| ((svc.namespace().to_string(), svc.name().to_string()), Some(owned(s, svc))))
             .collect()
     } else {

@@ -32,7 +32,8 @@ pub type Key = (String, String);
 /// A service and its backends per port name, owned (sent to the data plane worker).
 #[derive(Debug, Clone)]
 pub struct OwnedService {
-    pub service: Service,
+    /// The registry's copy, shared.
+    pub service: Arc<Service>,
     /// Backends per service port, keyed by the port's name (`""` for an unnamed port).
     pub backends: BTreeMap<String, Vec<Backend>>,
 }
@@ -394,7 +395,7 @@ pub fn build(input: &Input) -> Ruleset {
         .iter()
         .map(|s| {
             let key = (s.service.namespace().to_string(), s.service.name().to_string());
-            (key, Some(OwnedService { service: s.service.clone(), backends: s.backends.clone() }))
+            (key, Some(OwnedService { service: Arc::new(s.service.clone()), backends: s.backends.clone() }))
         })
         .collect();
     let mut p = Planner::new();

@@ -340,7 +340,7 @@ mod planner {
     }
 
     fn owned(s: &Service, eps: &[&str]) -> OwnedService {
-        OwnedService { service: s.clone(), backends: ports(&[("", eps)]) }
+        OwnedService { service: std::sync::Arc::new(s.clone()), backends: ports(&[("", eps)]) }
     }
 
     #[test]
@@ -394,7 +394,7 @@ mod planner {
         for p in &s.spec.ports {
             b.insert(p.name.clone().unwrap_or_default(), eps.iter().map(|e| be(e)).collect());
         }
-        OwnedService { service: s.clone(), backends: b }
+        OwnedService { service: std::sync::Arc::new(s.clone()), backends: b }
     }
 
     proptest! {
@@ -459,7 +459,7 @@ mod against_the_fake {
             .iter()
             .map(|c| {
                 let s = svc(c.service);
-                (key(&s), OwnedService { service: s, backends: ports(c.backends) })
+                (key(&s), OwnedService { service: std::sync::Arc::new(s), backends: ports(c.backends) })
             })
             .collect()
     }
@@ -678,7 +678,7 @@ mod against_the_fake {
         let eps: Vec<Backend> =
             POOL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| be(e)).collect();
         let backends = s.spec.ports.iter().map(|p| (p.name.clone().unwrap_or_default(), eps.clone())).collect();
-        OwnedService { service: s.clone(), backends }
+        OwnedService { service: std::sync::Arc::new(s.clone()), backends }
     }
 
     proptest! {

@@ -16,6 +16,7 @@ mod write;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use serde::Serialize;
@@ -153,7 +154,8 @@ pub struct Registry {
     cluster_ips: Vec<IpAllocator>,
     /// Boxed, like `slices`: a map node holds 11 entries, mostly unused, and a Service
     /// is ~700 bytes; boxed, the node holds pointers.
-    services: BTreeMap<Key, Box<Service>>,
+    /// Shared with the data plane worker's requests (no copy per sync).
+    services: BTreeMap<Key, Arc<Service>>,
     held: BTreeMap<Key, Held>,
     endpoints: BTreeMap<Key, Endpoints>,
     slices: BTreeMap<Key, Box<EndpointSlice>>,
@@ -330,7 +332,7 @@ impl Registry {
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
             reg.held.insert(key.clone(), held);
-            reg.services.insert(key, Box::new(svc));
+            reg.services.insert(key, Arc::new(svc));
         }
         for obj in endpoints {
             match obj {
@@ -568,7 +570,17 @@ impl Registry {
 
     /// A stored Service, by reference.
     pub fn service(&self, ns: &str, name: &str) -> Option<&Service> {
-        self.services.get(&(ns.to_string(), name.to_string())).map(|s| &**s)
+        self.shared_service(ns, name).map(|s| &**s)
+    }
+
+    /// A stored Service as shared with the data plane worker.
+    pub fn shared_service(&self, ns: &str, name: &str) -> Option<&Arc<Service>> {
+        self.services.get(&(ns.to_string(), name.to_string()))
+    }
+
+    /// Every service as shared with the data plane worker, sorted by namespace and name.
+    pub fn shared_services(&self) -> impl Iterator<Item = &Arc<Service>> {
+        self.services.values()
     }
 
     /// Every service, by reference, sorted by namespace and name (no copies: a full

@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use super::{Action, EndpointsKind, Held, Key, Registry, Taken};
 use crate::model::{ApiError, EndpointsObject, Node, Service};
@@ -125,7 +126,7 @@ impl Registry {
                     self.release(&prev, &held);
                     self.held.insert(key.clone(), held);
                     self.problems.retain(|(k, _)| *k != key);
-                    self.services.insert(key, Box::new(svc.clone()));
+                    self.services.insert(key, Arc::new(svc.clone()));
                 }
             }
             Some(Change::DeleteService { key }) => {
