@@ -152,9 +152,9 @@ pub struct Registry {
     /// At most one per family, IPv4 first (as the config orders them): the first is
     /// the primary family for services that do not ask for one.
     cluster_ips: Vec<IpAllocator>,
-    /// Boxed, like `slices`: a map node holds 11 entries, mostly unused, and a Service
-    /// is ~700 bytes; boxed, the node holds pointers.
-    /// Shared with the data plane worker's requests (no copy per sync).
+    /// Behind a pointer, as `slices` are boxed: a map node holds 11 entries, mostly
+    /// unused, and a Service is ~700 bytes. An `Arc`, so that the data plane worker's
+    /// requests share it instead of copying it for every sync.
     services: BTreeMap<Key, Arc<Service>>,
     held: BTreeMap<Key, Held>,
     endpoints: BTreeMap<Key, Endpoints>,
