@@ -15,8 +15,6 @@
 #                         guest out of memory)
 #   NP_QEMU_BENCH_SERVICES, NP_QEMU_BENCH_BATCH  size of the benchmark (1000, in
 #                         batches of 100 services with 3 endpoints each)
-#   NP_QEMU_ICOUNT=SHIFT  the guest clock counts guest instructions (2^SHIFT ns each):
-#                         benchmark figures that do not follow the host's load
 #   NP_QEMU_BENCH_OUT     file the benchmark table rows are appended to
 #                         (default: <work>/bench.md)
 #   NP_QEMU_CHAOS=N       test aid for the console channel: the first copy of
@@ -370,12 +368,7 @@ start_guest() {
 	log "booting $(basename "$KERNEL") ($KVER)"
 	BOOT_T0=$(date +%s.%N)
 	# timeout: a guest must never outlive a CI job, whatever happens to us.
-	# NP_QEMU_ICOUNT=SHIFT: the guest's clock counts its own instructions, 2^SHIFT ns
-	# each, while it runs (idle time still follows the host), so the benchmark's
-	# figures are the guest's instructions, whatever the host's load (a benchmark aid).
-	local icount=()
-	[ -n "${NP_QEMU_ICOUNT:-}" ] && icount=(-icount "shift=$NP_QEMU_ICOUNT,sleep=on" -rtc clock=vm)
-	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" "${icount[@]}" -m "$GUEST_MEM" -smp 1 \
+	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" -m "$GUEST_MEM" -smp 1 \
 		-nodefaults -display none -monitor none -no-reboot \
 		-kernel "$KERNEL" -initrd "$d/initrd.gz" -append "$append" \
 		-chardev "pipe,id=con,path=$d/con" -serial chardev:con \
