@@ -255,7 +255,12 @@ impl Registry {
         for s in &mut services {
             meta::default_namespace(&mut s.metadata);
         }
-        services.sort_by(|a, b| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name())));
+        // The store reads them in file-name order, which is nearly always this order: a
+        // sort would still move every Service around (std's small sort merges anyway).
+        let by_key = |a: &Service, b: &Service| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name()));
+        if !services.is_sorted_by(|a, b| by_key(a, b) != std::cmp::Ordering::Greater) {
+            services.sort_by(by_key);
+        }
         let mut port_owner: BTreeMap<u16, String> = BTreeMap::new();
         let mut ip_owner: BTreeMap<IpAddr, String> = BTreeMap::new();
         for svc in services {

@@ -585,6 +585,24 @@ fn restore_reports_duplicates_and_out_of_range_and_keeps_objects() {
 }
 
 #[test]
+fn restore_gives_a_contested_value_to_the_first_by_name_whatever_the_input_order() {
+    let mut r = reg();
+    let (_, a) = r.apply_service(np("a", json!([{"port": 80, "nodePort": 30500}])), &stamp()).unwrap();
+    let mut dup = a.clone();
+    dup.metadata.name = "c".into();
+    dup.spec.cluster_ip = None;
+    dup.spec.cluster_ips.clear();
+    let (_, b) = r.apply_service(np("b", json!([{"port": 80}])), &stamp()).unwrap();
+    for input in [vec![a.clone(), b.clone(), dup.clone()], vec![dup.clone(), b.clone(), a.clone()]] {
+        let (r2, problems) = Registry::restore(range(), &v4(), input, vec![]);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("service default/c:") && problems[0].contains("default/a"), "{problems:?}");
+        let names: Vec<&str> = r2.services().map(|s| s.name()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+    }
+}
+
+#[test]
 fn restore_rebuilds_allocators_exactly() {
     let mut r = Registry::with_seed(range(), &dual(), 5);
     for i in 0..20 {

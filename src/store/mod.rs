@@ -484,7 +484,9 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     for ent in fs::read_dir(dir).map_err(|e| io_err(dir, "cannot read directory", e))? {
         v.push(ent.map_err(|e| io_err(dir, "cannot read directory", e))?.path());
     }
-    v.sort();
+    // One directory: its names decide the order (the same as `Path`'s, without
+    // splitting every path into components for every comparison).
+    v.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
     Ok(v)
 }
 
