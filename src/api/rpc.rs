@@ -49,7 +49,10 @@ pub struct Request {
 
 /// Parse one line. On failure, the error response to send (with `id` when known).
 pub fn parse_request(line: &[u8]) -> Result<Request, (Value, RpcError)> {
-    let v: Value = serde_json::from_slice(line)
+    // One UTF-8 check of the line, then a parse that need not check every string again.
+    let text = std::str::from_utf8(line)
+        .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: not UTF-8: {e}"))))?;
+    let v: Value = serde_json::from_str(text)
         .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
     let Value::Object(mut obj) = v else {
         return Err((Value::Null, RpcError::new(INVALID_REQUEST, "invalid request: expected a JSON object")));
@@ -147,6 +150,9 @@ mod tests {
     #[test]
     fn errors_use_standard_codes() {
         assert_eq!(parse_request(b"{nope").unwrap_err().1.code, PARSE_ERROR);
+        let (id, e) = parse_request(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}").unwrap_err();
+        assert_eq!((id, e.code), (Value::Null, PARSE_ERROR));
+        assert!(e.message.starts_with("parse error: not UTF-8: invalid utf-8 sequence"), "{}", e.message);
         assert_eq!(parse_request(b"[1,2]").unwrap_err().1.code, INVALID_REQUEST);
         assert_eq!(parse_request(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).unwrap_err().1.code, INVALID_REQUEST);
         assert_eq!(parse_request(br#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().1.code, INVALID_REQUEST);

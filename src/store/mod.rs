@@ -495,8 +495,12 @@ fn read_object(file: &Path, buf: &mut Vec<u8>) -> Result<Value, StoreError> {
     use std::io::Read;
     buf.clear();
     File::open(file).and_then(|mut f| f.read_to_end(buf)).map_err(|e| io_err(file, "cannot read state file", e))?;
-    let env: Envelope = serde_json::from_slice(buf)
-        .map_err(|e| StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display())))?;
+    // One UTF-8 check of the file, then a parse that need not check every string again.
+    let corrupt = |e: &dyn std::fmt::Display| {
+        StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display()))
+    };
+    let text = std::str::from_utf8(buf).map_err(|e| corrupt(&format_args!("not UTF-8: {e}")))?;
+    let env: Envelope = serde_json::from_str(text).map_err(|e| corrupt(&e))?;
     if env.schema != SCHEMA {
         return Err(StoreError(format!(
             "{}: state schema {} is not supported by this version (expects {SCHEMA})",
@@ -568,6 +572,11 @@ mod tests {
         let e = Store::open(dir.path()).unwrap_err();
         assert!(e.0.contains("objects/services/default/web.json") && e.0.contains("corrupt"), "{e}");
         assert_eq!(fs::read(&f).unwrap(), b"{not json");
+        // Not UTF-8: the same, and the error says so.
+        fs::write(&f, b"{\"schema\":1,\"object\":{\"kind\":\"\xc3\"}}").unwrap();
+        let e = Store::open(dir.path()).unwrap_err();
+        assert!(e.0.contains("objects/services/default/web.json: corrupt state file: not UTF-8"), "{e}");
+        assert_eq!(fs::read(&f).unwrap(), b"{\"schema\":1,\"object\":{\"kind\":\"\xc3\"}}");
     }
 
     #[test]
