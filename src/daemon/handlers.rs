@@ -18,7 +18,8 @@ use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 /// Dispatch one method call. Reads answer at once from memory; writes prepare under a
 /// short borrow, wait for the store thread (other requests are served meanwhile), then
 /// commit. The state is never borrowed across an await.
-pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Result<Value, RpcError> {
+pub async fn call(st: Rc<RefCell<State>>, method: String, mut params: Value) -> Result<Value, RpcError> {
+    let method = method.as_str();
     let locks = st.borrow().writing.clone();
     // A write waits for its turn before any work on it (a read never does).
     let _turn = match method {
@@ -83,7 +84,7 @@ pub async fn call(st: Rc<RefCell<State>>, method: &str, mut params: Value) -> Re
         _ => return read(&mut st.borrow_mut(), method, &params),
     };
     // What each result is announced as on ubus.
-    let deleting = matches!(method, "service.delete" | "endpoints.delete" | "node.delete" | "objects.prune");
+    let deleting = matches!(method, "service.delete" | "endpoints.delete" | "node.delete");
     if method == "objects.prune" {
         let results: Vec<Value> = write(&st, intents, Source::Local)
             .await

@@ -224,9 +224,7 @@ pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
         };
         let handler_state = st.clone();
         let handler: server::Handler = Rc::new(move |method, params, _cred| {
-            let st = handler_state.clone();
-            let method = method.to_string();
-            Box::pin(async move { super::handlers::call(st, &method, params).await })
+            Box::pin(super::handlers::call(handler_state.clone(), method.to_string(), params))
         });
         tokio::task::spawn_local(server::serve(listener, handler, limits, group));
 

@@ -85,9 +85,7 @@ pub fn spawn<T: Send + Sync + 'static>(
     }
     let handler_state = st.clone();
     let handler: ubus::Call = Rc::new(move |method, params| {
-        let st = handler_state.clone();
-        let method = method.to_string();
-        Box::pin(async move { super::handlers::call(st, &method, params).await })
+        Box::pin(super::handlers::call(handler_state.clone(), method.to_string(), params))
     });
     tokio::task::spawn_local(ubus::conn::run(setting, handler, queue));
     let st = st.clone();

@@ -63,17 +63,12 @@ fn io_err(path: &Path, what: &str, e: io::Error) -> StoreError {
     StoreError(format!("{}: {what}: {e}", path.display()))
 }
 
-#[derive(Deserialize)]
-struct Envelope {
+/// A state file: the object with the schema it was written in (`Envelope<&Value>` to write
+/// without a copy, `Envelope<Value>` to read).
+#[derive(Serialize, Deserialize)]
+struct Envelope<T> {
     schema: u32,
-    object: Value,
-}
-
-/// [`Envelope`] as written: the object by reference, encoded without a copy.
-#[derive(Serialize)]
-struct EnvelopeRef<'a> {
-    schema: u32,
-    object: &'a Value,
+    object: T,
 }
 
 /// An object read back at start.
@@ -380,7 +375,7 @@ impl Store {
                 self.fsync_dir(parent)?;
             }
         }
-        let env = EnvelopeRef { schema: SCHEMA, object };
+        let env = Envelope { schema: SCHEMA, object };
         let bytes =
             serde_json::to_vec(&env).map_err(|e| StoreError(format!("cannot encode {namespace}/{name}: {e}")))?;
         let tmp = dir.join(format!(".{name}.json.tmp"));
@@ -500,7 +495,7 @@ fn read_object(file: &Path, buf: &mut Vec<u8>) -> Result<Value, StoreError> {
         StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display()))
     };
     let text = std::str::from_utf8(buf).map_err(|e| corrupt(&format_args!("not UTF-8: {e}")))?;
-    let env: Envelope = serde_json::from_str(text).map_err(|e| corrupt(&e))?;
+    let env: Envelope<Value> = serde_json::from_str(text).map_err(|e| corrupt(&e))?;
     if env.schema != SCHEMA {
         return Err(StoreError(format!(
             "{}: state schema {} is not supported by this version (expects {SCHEMA})",
