@@ -187,6 +187,9 @@ fn kubectl_objects_allocate_persist_and_survive_restarts() {
     // The restored objects were synced at start, before any API call changed anything.
     assert!(st["dataplane"]["generation"].as_u64().unwrap() >= 1, "{st}");
     assert_eq!(st["dataplane"]["inSync"], true, "{st}");
+    // The daemon timed its own start until that first sync.
+    let start_ms = st["dataplane"]["startToInSyncMillis"].as_u64().unwrap_or_else(|| panic!("{st}"));
+    assert!(start_ms <= st["uptimeSeconds"].as_u64().unwrap() * 1000 + 1000, "{st}");
     assert_eq!(st["nodePorts"]["static"]["used"], 1, "{st}");
     assert_eq!(st["objects"]["services"], 3, "{st}");
     // Re-applying the same object writes nothing to flash.

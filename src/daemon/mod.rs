@@ -104,6 +104,8 @@ impl Args {
 }
 
 pub fn main(args: Vec<String>) -> ExitCode {
+    // The start is timed from here (`started in`, `startToInSyncMillis`): the config is read first.
+    let started = std::time::Instant::now();
     let args = match Args::parse(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -144,7 +146,7 @@ pub fn main(args: Vec<String>) -> ExitCode {
             }
         };
     }
-    match run::run(args, cfg) {
+    match run::run(args, cfg, started) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::error!("{e}");

@@ -139,8 +139,7 @@ fn dry_run_state_dir(args: &Args, cfg: &Config) -> Option<std::path::PathBuf> {
         .then(|| std::env::temp_dir().join(format!("nodeportd-dry-run-{}", std::process::id())))
 }
 
-pub fn run(args: Args, mut cfg: Config) -> Result<(), String> {
-    let started = Instant::now();
+pub fn run(args: Args, mut cfg: Config, started: Instant) -> Result<(), String> {
     let _dry_dir = match dry_run_state_dir(&args, &cfg) {
         Some(dir) => {
             log::info!("--dry-run without an explicit state_dir: state kept in {} until exit", dir.display());

@@ -25,6 +25,7 @@ pub fn status(st: &State) -> Value {
             "generation": dp.generation,
             "lastSyncMillis": dp.last_sync_millis,
             "lastSyncSecondsAgo": dp.last_sync_at.map(|t| t.elapsed().as_secs()),
+            "startToInSyncMillis": dp.start_to_in_sync_millis,
             "lastError": dp.last_error,
             "transactions": dp.transactions,
             "fullSyncs": dp.full_syncs,

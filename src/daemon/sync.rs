@@ -44,6 +44,9 @@ pub struct DataplaneStatus {
     pub conflicts: Vec<String>,
     /// Batches sent to the worker and not answered yet.
     pub pending: u64,
+    /// From the daemon's start until the data plane was first in sync (`status`:
+    /// `startToInSyncMillis`); `None` until then.
+    pub start_to_in_sync_millis: Option<u64>,
 }
 
 impl DataplaneStatus {
@@ -260,6 +263,19 @@ pub async fn sync_loop(
                             dp.full_syncs += 1;
                         }
                         log::debug!("sync {}: {} messages in {:?}", dp.generation, a.messages, o.elapsed);
+                        if dp.in_sync && dp.start_to_in_sync_millis.is_none() {
+                            // Measured by the daemon's own clock, so that nothing has to
+                            // poll the socket to time a start (on a one-CPU router the
+                            // polling would take its CPU from the start it times).
+                            let ms = u64::try_from(s.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                            let dp = &mut s.dataplane;
+                            dp.start_to_in_sync_millis = Some(ms);
+                            log::info!(
+                                "in sync {ms} ms after start ({} messages, the last sync {} ms)",
+                                dp.last_messages,
+                                dp.last_sync_millis.unwrap_or(0)
+                            );
+                        }
                     }
                     Err(e) => {
                         log::error!("sync failed (next: a full comparison in {backoff:?}): {e}");
