@@ -17,7 +17,7 @@ use crate::api::{self, server};
 use crate::config::Config;
 use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Node, Service};
 use crate::registry::Registry;
-use crate::store::{Kind, Store, Stored};
+use crate::store::{Kind, Store, StoreError, StoredText};
 
 /// Everything the daemon knows.
 pub struct State {
@@ -88,34 +88,13 @@ type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
 /// Decodes one object the store read back, as soon as it is read (the JSON tree is
 /// dropped at once: only one exists at a time); a file that no longer decodes stops
 /// the daemon with its name (it is never overwritten).
-fn decode_stored(state_dir: &std::path::Path, o: Stored, into: &mut Decoded) -> Result<(), String> {
+fn decode_stored(o: StoredText<'_>, into: &mut Decoded) -> Result<(), StoreError> {
     let (services, endpoints, nodes) = into;
-    let Stored { kind, namespace, name, object } = o;
-    let file = || {
-        state_dir
-            .join("objects")
-            .join(kind.dir())
-            .join(kind.ns_dir(&namespace))
-            .join(format!("{name}.json"))
-            .display()
-            .to_string()
-    };
-    match kind {
-        Kind::Service => services.push(
-            crate::model::parse::decode::<Service>(object)
-                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-        ),
-        Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(
-            crate::model::parse::decode::<Endpoints>(object)
-                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-        )),
-        Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(
-            crate::model::parse::decode::<EndpointSlice>(object)
-                .map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-        )),
-        Kind::Node => nodes.push(
-            crate::model::parse::decode::<Node>(object).map_err(|e| format!("{}: corrupt state file: {e}", file()))?,
-        ),
+    match o.kind {
+        Kind::Service => services.push(o.decode::<Service>()?.compacted()),
+        Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(o.decode::<Endpoints>()?.compacted())),
+        Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(o.decode::<EndpointSlice>()?.compacted())),
+        Kind::Node => nodes.push(o.decode::<Node>()?),
     }
     Ok(())
 }
@@ -152,10 +131,7 @@ pub fn run(args: Args, mut cfg: Config, started: Instant) -> Result<(), String> 
     // directory another daemon is using.
     let _lock = crate::store::lock_state_dir(&cfg.state_dir).map_err(|e| e.to_string())?;
     let mut decoded: Decoded = Default::default();
-    let store = Store::open_each(&cfg.state_dir, |o| {
-        decode_stored(&cfg.state_dir, o, &mut decoded).map_err(crate::store::StoreError)
-    })
-    .map_err(|e| e.to_string())?;
+    let store = Store::open_each(&cfg.state_dir, |o| decode_stored(o, &mut decoded)).map_err(|e| e.to_string())?;
     let (services, endpoints, nodes) = decoded;
     let n_services = services.len();
     let (mut registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);

@@ -5,6 +5,7 @@
 //! names so objects read back look like Kubernetes objects.
 
 pub mod error;
+mod jsonpath;
 pub mod names;
 pub mod node;
 pub mod parse;
@@ -43,6 +44,10 @@ pub struct ObjectMeta {
 }
 
 impl ObjectMeta {
+    fn shrink_to_fit(&mut self) {
+        self.labels.shrink_to_fit();
+        self.annotations.shrink_to_fit();
+    }
     /// The namespace, `default` when absent (as kubectl does).
     pub fn ns(&self) -> &str {
         self.namespace.as_deref().unwrap_or("default")
@@ -50,11 +55,59 @@ impl ObjectMeta {
 }
 
 /// `intstr.IntOrString`: `targetPort: 8080` or `targetPort: "http"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum IntOrString {
     Int(i64),
     Str(String),
+}
+
+// By hand rather than `#[serde(untagged)]`: the same values and the same error text, but
+// the value is read once (no buffered copy), and a wrong one fails where it stands, so
+// the error's position in the text names the field (`spec.ports[0].targetPort`).
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IgnoredAny, MapAccess, SeqAccess, Visitor};
+        const NO_VARIANT: &str = "data did not match any variant of untagged enum IntOrString";
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an integer or a string")
+            }
+            fn visit_i64<E: Error>(self, v: i64) -> Result<IntOrString, E> {
+                Ok(IntOrString::Int(v))
+            }
+            fn visit_u64<E: Error>(self, v: u64) -> Result<IntOrString, E> {
+                i64::try_from(v).map(IntOrString::Int).map_err(|_| E::custom(NO_VARIANT))
+            }
+            fn visit_str<E: Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::Str(v.to_owned()))
+            }
+            fn visit_string<E: Error>(self, v: String) -> Result<IntOrString, E> {
+                Ok(IntOrString::Str(v))
+            }
+            fn visit_f64<E: Error>(self, _: f64) -> Result<IntOrString, E> {
+                Err(E::custom(NO_VARIANT))
+            }
+            fn visit_bool<E: Error>(self, _: bool) -> Result<IntOrString, E> {
+                Err(E::custom(NO_VARIANT))
+            }
+            fn visit_unit<E: Error>(self) -> Result<IntOrString, E> {
+                Err(E::custom(NO_VARIANT))
+            }
+            // Read to its end first, so that the error stands after the value.
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<IntOrString, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Err(A::Error::custom(NO_VARIANT))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<IntOrString, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Err(A::Error::custom(NO_VARIANT))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -272,6 +325,54 @@ pub struct EndpointConditions {
     pub serving: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminating: Option<bool>,
+}
+
+// Objects parsed from text grow their lists as they are read (4 slots for 1 port, 1
+// address...); the compacted forms are what the registry keeps for their lifetime.
+impl Service {
+    /// The same Service without spare capacity in its lists.
+    pub fn compacted(mut self) -> Self {
+        self.metadata.shrink_to_fit();
+        let s = &mut self.spec;
+        s.ports.shrink_to_fit();
+        if let Some(m) = &mut s.selector {
+            m.shrink_to_fit();
+        }
+        for v in [&mut s.cluster_ips, &mut s.ip_families, &mut s.external_ips, &mut s.load_balancer_source_ranges] {
+            v.shrink_to_fit();
+        }
+        if let Some(st) = &mut self.status {
+            st.load_balancer.ingress.shrink_to_fit();
+        }
+        self
+    }
+}
+
+impl Endpoints {
+    /// The same Endpoints without spare capacity in its lists.
+    pub fn compacted(mut self) -> Self {
+        self.metadata.shrink_to_fit();
+        self.subsets.shrink_to_fit();
+        for s in &mut self.subsets {
+            s.addresses.shrink_to_fit();
+            s.not_ready_addresses.shrink_to_fit();
+            s.ports.shrink_to_fit();
+        }
+        self
+    }
+}
+
+impl EndpointSlice {
+    /// The same EndpointSlice without spare capacity in its lists.
+    pub fn compacted(mut self) -> Self {
+        self.metadata.shrink_to_fit();
+        self.endpoints.shrink_to_fit();
+        for e in &mut self.endpoints {
+            e.addresses.shrink_to_fit();
+        }
+        self.ports.shrink_to_fit();
+        self
+    }
 }
 
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

@@ -208,10 +208,10 @@ fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Resul
         m.insert("kind".into(), Value::String(kind.clone()));
     }
     Ok(match kind.as_str() {
-        "Service" => AnyObject::Service(typed(&kind, value)?),
-        "Endpoints" => AnyObject::Endpoints(typed(&kind, value)?),
+        "Service" => AnyObject::Service(typed::<Service>(&kind, value)?.compacted()),
+        "Endpoints" => AnyObject::Endpoints(typed::<Endpoints>(&kind, value)?.compacted()),
         "Node" => AnyObject::Node(typed(&kind, value)?),
-        _ => AnyObject::EndpointSlice(typed(&kind, value)?),
+        _ => AnyObject::EndpointSlice(typed::<EndpointSlice>(&kind, value)?.compacted()),
     })
 }
 
@@ -223,10 +223,27 @@ fn typed<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, ApiError> {
 }
 
 /// Every typed decode of an object (requests, state files, replies in nodeportctl) goes
-/// through this one path-tracking deserializer, so each model type's Deserialize code is in
-/// the binary once. The error reads `spec.ports[0].port: invalid type: ...`.
+/// through [`decode_str`], so each model type's Deserialize code is in the binary once.
+/// A tree is printed and parsed again for it.
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(value).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+    decode_str(&value.to_string())
+}
+
+/// Parses JSON text straight into `T`. A type error names the failing field's path, as
+/// the API server's `json: cannot unmarshal ... into Go struct field ...` does:
+/// `spec.ports[0].port: invalid type: ...` (serde_json's `at line L column C` becomes
+/// the path, [`super::jsonpath`]).
+pub fn decode_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| {
+        let msg = e.to_string();
+        if e.line() == 0 {
+            return msg;
+        }
+        let at = format!(" at line {} column {}", e.line(), e.column());
+        let msg = msg.strip_suffix(&at).unwrap_or(&msg);
+        let path = super::jsonpath::path_at(text, super::jsonpath::offset_of(text, e.line(), e.column()));
+        format!("{path}: {msg}")
+    })
 }
 
 #[cfg(test)]
@@ -326,6 +343,105 @@ mod tests {
         ]}))
         .unwrap_err();
         assert!(e.message.contains("Service \"bad\" is invalid: [spec.ports[0].port: Invalid value: 0"), "{e}");
+    }
+
+    /// Every way to put a value of the wrong type (or drop a field) in the kubectl and
+    /// API-server fixtures: the error that `decode_str` finds from the error's position in
+    /// the text, compact and pretty-printed, reads as the one `serde_path_to_error` tracks
+    /// while decoding.
+    #[test]
+    fn error_paths_found_from_the_text_match_the_tracked_ones() {
+        fn spots(v: &Value, out: &mut Vec<Vec<String>>, here: &mut Vec<String>) {
+            out.push(here.clone());
+            match v {
+                Value::Object(m) => m.iter().for_each(|(k, v)| {
+                    here.push(k.clone());
+                    spots(v, out, here);
+                    here.pop();
+                }),
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| {
+                    here.push(i.to_string());
+                    spots(v, out, here);
+                    here.pop();
+                }),
+                _ => {}
+            }
+        }
+        fn at<'v>(mut v: &'v mut Value, path: &[String]) -> &'v mut Value {
+            for s in path {
+                v = if v.is_array() { &mut v[s.parse::<usize>().unwrap()] } else { &mut v[s.as_str()] };
+            }
+            v
+        }
+        fn check<T: DeserializeOwned + std::fmt::Debug>(v: &Value) -> usize {
+            let tracked = serde_path_to_error::deserialize::<_, T>(v.clone())
+                .map(|_| ())
+                .map_err(|e| format!("{}: {}", e.path(), e.inner()));
+            let Err(want) = tracked else { return 0 };
+            for text in [v.to_string(), serde_json::to_string_pretty(v).unwrap()] {
+                let got = decode_str::<T>(&text).unwrap_err();
+                assert_eq!(got, want, "{text}");
+            }
+            1
+        }
+        let mut objects: Vec<Value> = [
+            "svc-nodeport-web.json",
+            "svc-clusterip-db.json",
+            "svc-headless.json",
+            "svc-loadbalancer.json",
+            "svc-externalname.json",
+            "endpointslice-web.json",
+            "endpoints-web.json",
+        ]
+        .iter()
+        .map(|f| fixture(f))
+        .collect();
+        let Value::Array(items) = fixture("list-server.json")["items"].take() else { panic!() };
+        objects.extend(items);
+        let mut errors = 0;
+        for o in &objects {
+            let mut paths = Vec::new();
+            spots(o, &mut paths, &mut Vec::new());
+            for path in &paths {
+                let wrong = [
+                    json!("x"),
+                    json!(7),
+                    json!(-1),
+                    json!(70000),
+                    json!(1.5),
+                    json!(true),
+                    json!(null),
+                    json!({"a": 1}),
+                    json!([1, "b"]),
+                    json!([]),
+                    json!({}),
+                ];
+                let mut variants: Vec<Value> = wrong
+                    .iter()
+                    .map(|w| {
+                        let mut v = o.clone();
+                        *at(&mut v, path) = w.clone();
+                        v
+                    })
+                    .collect();
+                if let Some((last, parent)) = path.split_last() {
+                    let mut v = o.clone();
+                    if let Value::Object(m) = at(&mut v, parent) {
+                        m.remove(last);
+                        variants.push(v);
+                    }
+                }
+                for v in &variants {
+                    errors += match o["kind"].as_str() {
+                        Some("Service") => check::<Service>(v),
+                        Some("Endpoints") => check::<Endpoints>(v),
+                        _ => check::<EndpointSlice>(v),
+                    };
+                }
+            }
+        }
+        // The comparison covered many failing decodes, not only passing ones.
+        assert!(errors > 300, "{errors}");
     }
 
     #[test]

@@ -17,6 +17,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct SmallMap(Vec<(Box<str>, Box<str>)>);
 
 impl SmallMap {
+    /// Drops spare capacity (a map parsed from text grows as it is read).
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit();
+    }
     pub fn new() -> Self {
         Self(Vec::new())
     }

@@ -10,6 +10,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -228,18 +229,20 @@ impl Store {
     pub fn open(state_dir: &Path) -> Result<(Store, Vec<Stored>), StoreError> {
         let mut objects = Vec::new();
         let store = Store::open_each(state_dir, |o| {
-            objects.push(o);
+            let object = o.decode::<Value>()?;
+            objects.push(Stored { kind: o.kind, namespace: o.namespace.into(), name: o.name.into(), object });
             Ok(())
         })?;
         Ok((store, objects))
     }
 
-    /// Like [`Store::open`], handing each object to `each` as soon as it is read (in the
-    /// same order), so that only one file's bytes and JSON tree exist at a time. An error
-    /// from `each` stops the read and is returned as it is.
+    /// Like [`Store::open`], handing each file to `each` as soon as it is read (in the
+    /// same order), so that only one file's bytes exist at a time and `each` decodes them
+    /// straight into its own type ([`StoredText::decode`]). An error from `each` stops the
+    /// read and is returned as it is.
     pub fn open_each(
         state_dir: &Path,
-        mut each: impl FnMut(Stored) -> Result<(), StoreError>,
+        mut each: impl FnMut(StoredText<'_>) -> Result<(), StoreError>,
     ) -> Result<Store, StoreError> {
         let root = state_dir.join("objects");
         fs::create_dir_all(&root).map_err(|e| io_err(&root, "cannot create state directory", e))?;
@@ -259,8 +262,8 @@ impl Store {
                         continue;
                     }
                     let Some(name) = fname.strip_suffix(".json") else { continue };
-                    let object = read_object(&file, &mut buf)?;
-                    each(Stored { kind, namespace: namespace.clone(), name: name.to_string(), object })?;
+                    let text = read_text(&file, &mut buf)?;
+                    each(StoredText { kind, namespace: &namespace, name, file: &file, text })?;
                 }
             }
         }
@@ -485,25 +488,53 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     Ok(v)
 }
 
-/// Reads one state file; `buf` is reused from file to file.
-fn read_object(file: &Path, buf: &mut Vec<u8>) -> Result<Value, StoreError> {
+/// Reads one state file as text; `buf` is reused from file to file.
+fn read_text<'b>(file: &Path, buf: &'b mut Vec<u8>) -> Result<&'b str, StoreError> {
     use std::io::Read;
     buf.clear();
     File::open(file).and_then(|mut f| f.read_to_end(buf)).map_err(|e| io_err(file, "cannot read state file", e))?;
     // One UTF-8 check of the file, then a parse that need not check every string again.
-    let corrupt = |e: &dyn std::fmt::Display| {
-        StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display()))
-    };
-    let text = std::str::from_utf8(buf).map_err(|e| corrupt(&format_args!("not UTF-8: {e}")))?;
-    let env: Envelope<Value> = serde_json::from_str(text).map_err(|e| corrupt(&e))?;
-    if env.schema != SCHEMA {
-        return Err(StoreError(format!(
-            "{}: state schema {} is not supported by this version (expects {SCHEMA})",
-            file.display(),
-            env.schema
-        )));
+    std::str::from_utf8(buf).map_err(|e| corrupt(file, &format_args!("not UTF-8: {e}")))
+}
+
+fn corrupt(file: &Path, e: &dyn std::fmt::Display) -> StoreError {
+    StoreError(format!("{}: corrupt state file: {e}; fix or remove it", file.display()))
+}
+
+/// A state file as read at start, before it is decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct StoredText<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub file: &'a Path,
+    /// The whole file (`{"schema": 1, "object": {...}}`), checked as UTF-8.
+    pub text: &'a str,
+}
+
+impl StoredText<'_> {
+    /// The object, parsed from the text straight into `T` (no JSON tree in between), or
+    /// an error naming the file and, for a type error, the field's path.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, StoreError> {
+        let schema_err = |schema: u32| {
+            StoreError(format!(
+                "{}: state schema {schema} is not supported by this version (expects {SCHEMA})",
+                self.file.display()
+            ))
+        };
+        match crate::model::parse::decode_str::<Envelope<T>>(self.text) {
+            Ok(env) if env.schema == SCHEMA => Ok(env.object),
+            Ok(env) => Err(schema_err(env.schema)),
+            Err(e) => {
+                // Another schema's object need not decode as this one: name the schema.
+                match serde_json::from_str::<Envelope<serde::de::IgnoredAny>>(self.text) {
+                    Ok(env) if env.schema != SCHEMA => Err(schema_err(env.schema)),
+                    // The path is the object's, as in the file's `object`.
+                    _ => Err(corrupt(self.file, &e.strip_prefix("object.").unwrap_or(&e))),
+                }
+            }
+        }
     }
-    Ok(env.object)
 }
 
 #[cfg(test)]
@@ -539,14 +570,14 @@ mod tests {
         }
         let mut seen = Vec::new();
         Store::open_each(dir.path(), |o| {
-            seen.push(o.name);
+            seen.push(o.name.to_string());
             Ok(())
         })
         .unwrap();
         assert_eq!(seen, ["a", "b", "c"]);
         seen.clear();
         let e = Store::open_each(dir.path(), |o| {
-            seen.push(o.name.clone());
+            seen.push(o.name.to_string());
             if o.name == "b" {
                 return Err(StoreError(format!("{}: refused", o.name)));
             }
