@@ -62,7 +62,9 @@ wait_in_sync() {
 summary() { grep -m1 '^summary' "$1" | awk '{ printf "%.1f", $2 / 1e6 }'; }
 
 first=1
+run=0
 for bin in "$@"; do
+    run=$((run + 1))
     ln -sf "$bin" "$work/nodeportctl"
     if [ "$first" = 1 ]; then
         config "$work/state" "$work/d.sock" >"$work/load.toml"
@@ -74,7 +76,9 @@ for bin in "$@"; do
         delns "${prefix}l"
         first=0
     fi
-    out="$work/cg.$(basename "$bin").$$"
+    # One directory per run: binaries of the same name must not read each other's dumps.
+    out="$work/cg.$run.$(basename "$bin")"
+    rm -rf "$out"
     mkdir -p "$out"
     rm -rf "$work/run"; cp -a "$work/state" "$work/run"
     config "$work/run" "$work/d.sock" >"$work/run.toml"

@@ -224,9 +224,9 @@ fn typed<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, ApiError> {
 
 /// Every typed decode of an object (requests, state files, replies in nodeportctl) goes
 /// through [`decode_str`], so each model type's Deserialize code is in the binary once.
-/// A tree is printed and parsed again for it.
+/// A tree is printed and parsed again for it (into a `Vec`: cheaper than `Display`).
 pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
-    decode_str(&value.to_string())
+    decode_str(&serde_json::to_string(&value).map_err(|e| e.to_string())?)
 }
 
 /// Parses JSON text straight into `T`. A type error names the failing field's path, as
