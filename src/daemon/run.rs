@@ -85,9 +85,9 @@ impl State {
 /// The typed objects the store read back.
 type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
 
-/// Decodes one object the store read back, as soon as it is read (the JSON tree is
-/// dropped at once: only one exists at a time); a file that no longer decodes stops
-/// the daemon with its name (it is never overwritten).
+/// Decodes one file the store read back, as soon as it is read, straight from its text
+/// (only one file's bytes exist at a time); a file that no longer decodes stops the
+/// daemon with its name (it is never overwritten).
 fn decode_stored(o: StoredText<'_>, into: &mut Decoded) -> Result<(), StoreError> {
     let (services, endpoints, nodes) = into;
     match o.kind {
