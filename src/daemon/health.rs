@@ -162,12 +162,14 @@ fn reconcile(st: &Rc<RefCell<State>>) {
     if std::mem::take(&mut s.health.all_dirty) {
         s.health.dirty.clear();
         // Only services with a health-check port need their backends resolved.
-        let services: Vec<&crate::model::Service> =
-            s.registry.services().filter(|svc| healthcheck::port_of(svc).is_some()).collect();
+        let services: Vec<std::sync::Arc<crate::model::Service>> =
+            s.registry.services_with_health_port().filter(|svc| healthcheck::port_of(svc).is_some()).collect();
         let backends: Vec<Vec<Vec<Backend>>> =
             services.iter().map(|svc| s.registry.backends(svc).into_iter().map(|p| p.backends).collect()).collect();
-        let desired =
-            healthcheck::desired(services.iter().copied().zip(backends.iter().map(Vec::as_slice)), &s.cfg.node_name);
+        let desired = healthcheck::desired(
+            services.iter().map(|svc| &**svc).zip(backends.iter().map(Vec::as_slice)),
+            &s.cfg.node_name,
+        );
         let h = &mut s.health;
         let mut i = 0;
         while i < h.ports.len() {
@@ -185,8 +187,8 @@ fn reconcile(st: &Rc<RefCell<State>>) {
         // Most services have no health-check port: their backends are not looked up.
         let new =
             s.registry.service(&key.0, &key.1).filter(|svc| healthcheck::port_of(svc).is_some()).and_then(|svc| {
-                let ports: Vec<Vec<Backend>> = s.registry.backends(svc).into_iter().map(|p| p.backends).collect();
-                healthcheck::for_service(svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name)
+                let ports: Vec<Vec<Backend>> = s.registry.backends(&svc).into_iter().map(|p| p.backends).collect();
+                healthcheck::for_service(&svc, ports.iter().map(Vec::as_slice), &s.cfg.node_name)
             });
         let h = &mut s.health;
         if let Some(i) = h.of_service(&key) {

@@ -196,16 +196,16 @@ fn node_input(st: &State) -> Input<'static> {
 }
 
 /// The worker's copy of one stored service.
-fn owned(st: &State, service: &std::sync::Arc<crate::model::Service>) -> OwnedService {
+fn owned(st: &State, service: std::sync::Arc<crate::model::Service>) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
-    for p in st.registry.backends(service) {
+    for p in st.registry.backends(&service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
-    OwnedService { service: service.clone(), backends }
+    OwnedService { service, backends }
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.shared_service(&key.0, &key.1).map(|s| owned(st, s))
+    st.registry.service(&key.0, &key.1).map(|s| owned(st, s))
 }
 
 /// The batch the state asks for now, if any: O(changed services), except a rebuild.
@@ -219,13 +219,30 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
     }
     let changed = if rebuild {
         s.registry
-            .shared_services()
+            .services()
             .map(|svc| ((svc.namespace().to_string(), svc.name().to_string()), Some(owned(s, svc))))
             .collect()
     } else {
         dirty.into_iter().map(|k| (k.clone(), owned_by_key(s, &k))).collect()
     };
     Some(SyncRequest { node: node_input(s), changed, rebuild, check })
+}
+
+/// Packs the objects stored since the last sync into text ([`crate::registry::Registry::pack`])
+/// once no sync request shares them, in steps so that the loop keeps answering (after a
+/// start, that is every object).
+async fn pack_registry(st: &Rc<RefCell<State>>) {
+    const STEP: usize = 256;
+    if st.borrow().dataplane.pending != 0 {
+        return;
+    }
+    let many = st.borrow().registry.unpacked() > STEP;
+    while st.borrow_mut().registry.pack(STEP) {
+        tokio::task::yield_now().await;
+    }
+    if many {
+        super::memory::release_free();
+    }
 }
 
 /// The event loop's side: send batches when woken, read outcomes back.
@@ -290,6 +307,7 @@ pub async fn sync_loop(
                 }
             }
             let _ = led.send(LedState::for_dataplane(ok, !ok));
+            pack_registry(&outcome_state).await;
             if !ok {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));

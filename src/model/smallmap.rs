@@ -21,7 +21,7 @@ impl SmallMap {
     pub fn shrink_to_fit(&mut self) {
         self.0.shrink_to_fit();
     }
-    pub fn new() -> Self {
+    pub const fn new() -> Self {
         Self(Vec::new())
     }
 

@@ -9,6 +9,7 @@ mod backends;
 mod meta;
 mod prune;
 mod service;
+mod slot;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -24,6 +25,7 @@ use serde::Serialize;
 use crate::alloc::{AllocError, IpAllocator, PortAllocator, Rng, Usage};
 use crate::config::PortRange;
 use crate::model::{ApiError, EndpointSlice, Endpoints, EndpointsObject, Node, Service, ServiceType};
+use slot::Slot;
 
 pub use backends::PortBackends;
 pub use prune::{ObjectRef, APPLIED_BY};
@@ -139,6 +141,13 @@ impl<T: Ord + Copy> Few<T> {
     }
 }
 
+/// The kinds the registry packs ([`slot`]).
+#[derive(Debug, Clone, Copy)]
+enum Packable {
+    Service,
+    Slice,
+}
+
 /// Values taken during one request, released again if it fails.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Taken {
@@ -152,13 +161,18 @@ pub struct Registry {
     /// At most one per family, IPv4 first (as the config orders them): the first is
     /// the primary family for services that do not ask for one.
     cluster_ips: Vec<IpAllocator>,
-    /// Behind a pointer, as `slices` are boxed: a map node holds 11 entries, mostly
-    /// unused, and a Service is ~700 bytes. An `Arc`, so that the data plane worker's
-    /// requests share it instead of copying it for every sync.
-    services: BTreeMap<Key, Arc<Service>>,
+    /// Typed while just written or restored (shared with the data plane worker's
+    /// requests), then packed into text ([`slot`]; [`Registry::pack`]).
+    services: BTreeMap<Key, Slot<Service>>,
     held: BTreeMap<Key, Held>,
     endpoints: BTreeMap<Key, Endpoints>,
-    slices: BTreeMap<Key, Box<EndpointSlice>>,
+    slices: BTreeMap<Key, Slot<EndpointSlice>>,
+    /// Services and slices stored typed since the last [`Registry::pack`] (a key may
+    /// be listed twice, or be gone: packing checks).
+    unpacked: Vec<(Packable, Key)>,
+    /// The Services with a `healthCheckNodePort`: the health-check listeners are
+    /// rebuilt from these alone, without reading every Service.
+    health_ports: BTreeSet<Key>,
     /// (namespace, `kubernetes.io/service-name`) → slice names: finding a service's
     /// slices must not scan every slice (a sync would cost O(all) per service). The names
     /// are a sorted vector: most services have one slice, and a one-entry set costs a
@@ -212,6 +226,8 @@ impl Registry {
             held: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             slices: BTreeMap::new(),
+            unpacked: Vec::new(),
+            health_ports: BTreeSet::new(),
             slices_of: BTreeMap::new(),
             nodes: BTreeMap::new(),
             problems: Vec::new(),
@@ -337,7 +353,7 @@ impl Registry {
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
             reg.held.insert(key.clone(), held);
-            reg.services.insert(key, Arc::new(svc));
+            reg.put_service(key, svc);
         }
         for obj in endpoints {
             match obj {
@@ -371,6 +387,48 @@ impl Registry {
         Some((s.metadata.ns().to_string(), svc.to_string()))
     }
 
+    /// Stores a Service typed, to be packed later.
+    fn put_service(&mut self, key: Key, svc: Service) {
+        if svc.spec.health_check_node_port.is_some() {
+            self.health_ports.insert(key.clone());
+        } else {
+            self.health_ports.remove(&key);
+        }
+        self.unpacked.push((Packable::Service, key.clone()));
+        self.services.insert(key, Slot::new(svc));
+    }
+
+    /// Packs up to `budget` of the objects stored typed since the last call into text,
+    /// except those a sync request still shares. `true` when some are left to pack
+    /// (call again, after letting others run: the event loop packs in steps).
+    pub fn pack(&mut self, budget: usize) -> bool {
+        let mut shared = Vec::new();
+        let mut done = 0;
+        while done < budget {
+            let Some((kind, key)) = self.unpacked.pop() else { break };
+            let packed = match kind {
+                Packable::Service => self.services.get_mut(&key).is_none_or(Slot::pack),
+                Packable::Slice => self.slices.get_mut(&key).is_none_or(Slot::pack),
+            };
+            if !packed {
+                shared.push((kind, key));
+            }
+            done += 1;
+        }
+        let more = !self.unpacked.is_empty();
+        if !more && shared.is_empty() {
+            // After a start it listed every object: give that back.
+            self.unpacked = Vec::new();
+        }
+        self.unpacked.extend(shared);
+        more
+    }
+
+    /// How many objects wait to be packed (some may be gone or packed already).
+    pub fn unpacked(&self) -> usize {
+        self.unpacked.len()
+    }
+
     /// Store a slice, keeping `slices_of` in step.
     fn put_slice(&mut self, s: EndpointSlice) {
         let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
@@ -381,11 +439,12 @@ impl Registry {
                 names.insert(at, key.1.clone());
             }
         }
-        self.slices.insert(key, Box::new(s));
+        self.unpacked.push((Packable::Slice, key.clone()));
+        self.slices.insert(key, Slot::new(s));
     }
 
-    fn take_slice(&mut self, key: &Key) -> Option<EndpointSlice> {
-        let s = *self.slices.remove(key)?;
+    fn take_slice(&mut self, key: &Key) -> Option<Arc<EndpointSlice>> {
+        let s = self.slices.remove(key)?.get();
         if let Some(owner) = Self::slice_owner(&s) {
             if let Some(names) = self.slices_of.get_mut(&owner) {
                 if let Ok(at) = names.binary_search(&key.1) {
@@ -400,13 +459,13 @@ impl Registry {
     }
 
     /// The EndpointSlices labelled for a service, by name.
-    pub(crate) fn slices_for(&self, ns: &str, service: &str) -> Vec<&EndpointSlice> {
+    pub(crate) fn slices_for(&self, ns: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
         let owner = (ns.to_string(), service.to_string());
         self.slices_of
             .get(&owner)
             .into_iter()
             .flatten()
-            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())).map(|s| &**s))
+            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())).map(Slot::get))
             .collect()
     }
 
@@ -427,7 +486,7 @@ impl Registry {
         let objs = self.endpoints_objects();
         let (mut reg, problems) = Registry::restore_inner(
             Registry::new(range, cidrs),
-            self.services.values().map(|s| (**s).clone()).collect(),
+            self.services.values().map(|s| Arc::unwrap_or_clone(s.get())).collect(),
             objs,
         );
         let known = self.problems();
@@ -445,7 +504,7 @@ impl Registry {
             .values()
             .cloned()
             .map(EndpointsObject::Endpoints)
-            .chain(self.slices.values().map(|e| EndpointsObject::Slice((**e).clone())))
+            .chain(self.slices.values().map(|e| EndpointsObject::Slice(Arc::unwrap_or_clone(e.get()))))
             .collect()
     }
 
@@ -478,9 +537,9 @@ impl Registry {
     pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&crate::model::SmallMap> {
         let key = (ns.to_string(), name.to_string());
         match kind {
-            ObjKind::Service => self.services.get(&key).map(|s| &s.metadata.annotations),
+            ObjKind::Service => self.services.get(&key).map(Slot::annotations),
             ObjKind::Endpoints => self.endpoints.get(&key).map(|e| &e.metadata.annotations),
-            ObjKind::EndpointSlice => self.slices.get(&key).map(|e| &e.metadata.annotations),
+            ObjKind::EndpointSlice => self.slices.get(&key).map(Slot::annotations),
             ObjKind::Node => self.nodes.get(name).map(|n| &n.metadata.annotations),
         }
     }
@@ -494,13 +553,13 @@ impl Registry {
     ) -> BTreeSet<(String, String)> {
         match kind {
             ObjKind::Service => {
-                self.services.iter().filter(|(_, s)| pred(&s.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+                self.services.iter().filter(|(_, s)| pred(s.annotations())).map(|(k, _)| k.clone()).collect()
             }
             ObjKind::Endpoints => {
                 self.endpoints.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
             }
             ObjKind::EndpointSlice => {
-                self.slices.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
+                self.slices.iter().filter(|(_, e)| pred(e.annotations())).map(|(k, _)| k.clone()).collect()
             }
             ObjKind::Node => self
                 .nodes
@@ -570,33 +629,32 @@ impl Registry {
     // ---- Services ----
 
     pub fn get_service(&self, ns: &str, name: &str) -> Result<Service, ApiError> {
-        self.service(ns, name).cloned().ok_or_else(|| ApiError::not_found("services", name))
+        self.service(ns, name).map(Arc::unwrap_or_clone).ok_or_else(|| ApiError::not_found("services", name))
     }
 
-    /// A stored Service, by reference.
-    pub fn service(&self, ns: &str, name: &str) -> Option<&Service> {
-        self.shared_service(ns, name).map(|s| &**s)
+    /// A stored Service: shared when it is still typed (just written or restored; as
+    /// the data plane worker's requests share it), else decoded.
+    pub fn service(&self, ns: &str, name: &str) -> Option<Arc<Service>> {
+        self.services.get(&(ns.to_string(), name.to_string())).map(Slot::get)
     }
 
-    /// A stored Service as shared with the data plane worker.
-    pub fn shared_service(&self, ns: &str, name: &str) -> Option<&Arc<Service>> {
-        self.services.get(&(ns.to_string(), name.to_string()))
+    /// Every service as [`Registry::service`] gives it, sorted by namespace and name.
+    pub fn services(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
+        self.services.values().map(Slot::get)
     }
 
-    /// Every service as shared with the data plane worker, sorted by namespace and name.
-    pub fn shared_services(&self) -> impl Iterator<Item = &Arc<Service>> {
-        self.services.values()
-    }
-
-    /// Every service, by reference, sorted by namespace and name (no copies: a full
-    /// rebuild or recheck walks them all).
-    pub fn services(&self) -> impl Iterator<Item = &Service> {
-        self.services.values().map(|s| &**s)
+    /// The Services that carry a `healthCheckNodePort`, sorted by namespace and name.
+    pub fn services_with_health_port(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
+        self.health_ports.iter().filter_map(|k| self.services.get(k)).map(Slot::get)
     }
 
     /// Sorted by namespace, then name; every namespace when `ns` is `None`.
     pub fn list_services(&self, ns: Option<&str>) -> Vec<Service> {
-        self.services.iter().filter(|((n, _), _)| ns.is_none_or(|want| want == n)).map(|(_, s)| (**s).clone()).collect()
+        self.services
+            .iter()
+            .filter(|((n, _), _)| ns.is_none_or(|want| want == n))
+            .map(|(_, s)| Arc::unwrap_or_clone(s.get()))
+            .collect()
     }
 
     /// Deletes a Service now (prepare and commit in one step, for callers that persist
@@ -643,7 +701,7 @@ impl Registry {
             .as_ref()
             .map(|s| s.load_balancer.ingress.clone())
             .filter(|i| !i.is_empty() && svc.service_type() == ServiceType::LoadBalancer);
-        let old = self.services.get(&key).map(|s| (**s).clone());
+        let old = self.services.get(&key).map(|s| Arc::unwrap_or_clone(s.get()));
         let prev = self.held_by(&key);
         let mut taken = Taken::default();
         let held = match self.plan_service(&mut svc, old.as_ref(), &prev, &mut taken) {
@@ -762,9 +820,9 @@ impl Registry {
                 e.api_version = Some("discovery.k8s.io/v1".into());
                 crate::model::strategy::default_endpoint_slice(&mut e);
                 let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
-                let old = self.slices.get(&key).map(|s| &**s);
-                let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
-                if old == Some(&e) {
+                let old = self.slices.get(&key).map(Slot::get);
+                let action = meta::stamp(&mut e.metadata, old.as_ref().map(|o| &o.metadata), stamp);
+                if old.as_deref() == Some(&e) {
                     let obj = Object::Endpoints(EndpointsObject::Slice(e));
                     return Ok(self.prepared(Action::Unchanged, None, obj, Taken::default()));
                 }
@@ -787,7 +845,7 @@ impl Registry {
             EndpointsKind::EndpointSlice => self
                 .slices
                 .get(&key)
-                .map(|e| EndpointsObject::Slice((**e).clone()))
+                .map(|e| EndpointsObject::Slice(Arc::unwrap_or_clone(e.get())))
                 .ok_or_else(|| ApiError::not_found("endpointslices.discovery.k8s.io", name)),
         }
     }
@@ -803,7 +861,10 @@ impl Registry {
         }
         if kind != Some(EndpointsKind::Endpoints) {
             out.extend(
-                self.slices.iter().filter(|(k, _)| in_ns(k)).map(|(_, e)| EndpointsObject::Slice((**e).clone())),
+                self.slices
+                    .iter()
+                    .filter(|(k, _)| in_ns(k))
+                    .map(|(_, e)| EndpointsObject::Slice(Arc::unwrap_or_clone(e.get()))),
             );
         }
         out

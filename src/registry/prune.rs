@@ -39,13 +39,20 @@ impl Registry {
             }
         };
         for s in self.services.values() {
-            consider("Service", &s.metadata, s.namespace());
+            // Only objects the applier annotated are read whole.
+            if s.annotations().get(APPLIED_BY) == Some(applier) {
+                let s = s.get();
+                consider("Service", &s.metadata, s.namespace());
+            }
         }
         for e in self.endpoints.values() {
             consider("Endpoints", &e.metadata, e.metadata.ns());
         }
         for e in self.slices.values() {
-            consider("EndpointSlice", &e.metadata, e.metadata.ns());
+            if e.annotations().get(APPLIED_BY) == Some(applier) {
+                let e = e.get();
+                consider("EndpointSlice", &e.metadata, e.metadata.ns());
+            }
         }
         for n in self.nodes.values() {
             consider("Node", &n.metadata, "");

@@ -8,6 +8,7 @@ use serde_json::json;
 
 use super::*;
 use crate::model::{Reason, Service};
+use slot::Slot;
 
 fn range() -> PortRange {
     PortRange { first: 30000, last: 32767 }
@@ -597,7 +598,7 @@ fn restore_gives_a_contested_value_to_the_first_by_name_whatever_the_input_order
         let (r2, problems) = Registry::restore(range(), &v4(), input, vec![]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("service default/c:") && problems[0].contains("default/a"), "{problems:?}");
-        let names: Vec<&str> = r2.services().map(|s| s.name()).collect();
+        let names: Vec<String> = r2.services().map(|s| s.name().to_string()).collect();
         assert_eq!(names, ["a", "b", "c"]);
     }
 }
@@ -962,7 +963,13 @@ mod prop {
         fn apply_update_delete_never_duplicate_or_leak(seed in any::<u64>(), ops in proptest::collection::vec(op(), 1..60)) {
             let cidrs: Vec<IpNet> = vec!["10.96.0.0/27".parse().unwrap(), "fd00::/123".parse().unwrap()];
             let mut r = Registry::with_seed(PortRange { first: 30000, last: 30040 }, &cidrs, seed);
-            for op in ops {
+            for (i, op) in ops.into_iter().enumerate() {
+                if i % 2 == 1 {
+                    // Half the steps start on packed objects (as at rest).
+                    let listed = r.list_services(None);
+                    r.pack(usize::MAX);
+                    prop_assert_eq!(r.list_services(None), listed);
+                }
                 let before_svcs = r.list_services(None);
                 let before_ports = r.node_ports.allocated();
                 let before_ips: Vec<Vec<IpAddr>> = r.cluster_ips.iter().map(|a| a.allocated()).collect();
@@ -1385,4 +1392,58 @@ fn nodes_apply_get_list_delete_and_survive_a_reconfigure() {
     assert_eq!(r.prepare_delete_node("n1").unwrap_err().reason, Reason::NotFound);
     // Nodes hold no allocations.
     assert_eq!(r.usage(), reg().usage());
+}
+
+// ---- packing (objects at rest kept as text) ----
+
+#[test]
+fn packed_objects_read_the_same_and_a_shared_one_waits() {
+    let mut r = reg();
+    let (_, web) = r.apply_service(lb_local("web"), &stamp()).unwrap();
+    let annotated = svc(json!({"metadata": {"name": "db", "annotations": {APPLIED_BY: "nodeportctl"},
+        "labels": {"app": "db"}}, "spec": {"ports": [{"port": 5432}]}}));
+    r.apply_service(annotated, &stamp()).unwrap();
+    let body = json!({"addressType": "IPv4", "ports": [{"port": 8080}],
+        "endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": false, "serving": true}}]});
+    r.apply_endpoints(slice("web-1", "web", body), &stamp()).unwrap();
+    let read = |r: &Registry| {
+        (
+            r.list_services(None),
+            r.list_endpoints(None, None),
+            r.backends(&web),
+            r.keys_where(ObjKind::Service, |a| a.get(APPLIED_BY).is_some()),
+            r.stored_annotations(ObjKind::Service, "default", "db").cloned(),
+            r.services_with_health_port().map(|s| s.name().to_string()).collect::<Vec<_>>(),
+        )
+    };
+    let before = read(&r);
+    assert_eq!(before.5, ["web"]);
+    assert!(before.3.contains(&("default".to_string(), "db".to_string())));
+
+    // A copy held elsewhere (a sync request in flight) keeps its object typed.
+    let held = r.service("default", "web").unwrap();
+    assert_eq!(r.unpacked(), 3);
+    assert!(r.pack(1), "one step packs one object, two are left");
+    assert!(!r.pack(10));
+    assert_eq!(r.unpacked(), 1, "the shared Service waits");
+    assert!(matches!(r.services[&("default".into(), "web".into())], Slot::Typed(_)));
+    drop(held);
+    assert!(!r.pack(10));
+    assert_eq!(r.unpacked(), 0);
+    assert!(r.services.values().all(|s| matches!(s, Slot::Text(..))));
+    assert!(r.slices.values().all(|s| matches!(s, Slot::Text(..))));
+    assert_eq!(read(&r), before, "packed objects read back the same");
+
+    // Updates and deletes of packed objects work as on typed ones.
+    let stored = r.get_service("default", "db").unwrap();
+    assert_eq!(r.apply_service(stored, &stamp()).unwrap().0, Action::Unchanged);
+    let mut moved = r.get_service("default", "web").unwrap();
+    moved.spec.external_traffic_policy = Some("Cluster".into());
+    r.apply_service(moved, &stamp()).unwrap();
+    assert!(r.services_with_health_port().next().is_none(), "Cluster gives the health port up");
+    r.delete_endpoints(EndpointsKind::EndpointSlice, "default", "web-1").unwrap();
+    assert!(r.backends(&web)[0].backends.is_empty());
+    r.delete_service("default", "db").unwrap();
+    assert!(!r.pack(10));
+    assert_eq!(r.service_count(), 1);
 }

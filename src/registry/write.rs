@@ -126,11 +126,12 @@ impl Registry {
                     self.release(&prev, &held);
                     self.held.insert(key.clone(), held);
                     self.problems.retain(|(k, _)| *k != key);
-                    self.services.insert(key, Arc::new(svc.clone()));
+                    self.put_service(key, svc.clone());
                 }
             }
             Some(Change::DeleteService { key }) => {
                 self.services.remove(&key);
+                self.health_ports.remove(&key);
                 if let Some(h) = self.held.remove(&key) {
                     self.release(&h, &Held::default());
                 }
@@ -167,8 +168,11 @@ impl Registry {
     pub fn prepare_delete_service(&mut self, ns: &str, name: &str) -> Result<Prepared, ApiError> {
         self.settle();
         let key = (ns.to_string(), name.to_string());
-        let svc =
-            self.services.get(&key).map(|s| (**s).clone()).ok_or_else(|| ApiError::not_found("services", name))?;
+        let svc = self
+            .services
+            .get(&key)
+            .map(|s| Arc::unwrap_or_clone(s.get()))
+            .ok_or_else(|| ApiError::not_found("services", name))?;
         Ok(self.prepared(
             Action::Configured,
             Some(Change::DeleteService { key }),
