@@ -72,7 +72,9 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
         if Arc::strong_count(t) > 1 {
             return false;
         }
-        match serde_json::to_string(&**t) {
+        // Through a `Value`: the store and the API print objects that way, so no second
+        // copy of the model's serializers is compiled in (11 KB of mipsel flash).
+        match serde_json::to_value(&**t).and_then(|v| serde_json::to_string(&v)) {
             Ok(s) => {
                 let a = &t.meta().annotations;
                 let annotations = (!a.is_empty()).then(|| Box::new(a.clone()));
