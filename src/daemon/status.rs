@@ -37,6 +37,7 @@ pub fn status(st: &State) -> Value {
             "endpoints": st.registry.endpoints_count(),
             "endpointSlices": st.registry.endpoint_slice_count(),
             "nodes": st.registry.node_count(),
+            "typed": st.registry.unpacked(),
         },
         "podRoutes": st.pod_routes.status_json(st.cfg.pod_routes),
         "healthChecks": st.health.status_json(),

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::State;
 use crate::config::Config;
@@ -229,19 +229,32 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
 }
 
 /// Packs the objects stored since the last sync into text ([`crate::registry::Registry::pack`])
-/// once no sync request shares them, in steps so that the loop keeps answering (after a
-/// start, that is every object).
-async fn pack_registry(st: &Rc<RefCell<State>>) {
+/// once the data plane has been quiet for a while (a burst of writes, such as a List
+/// applied in batches, is packed once at its end, not batch by batch), or once too many
+/// wait. It packs in steps, so that the loop keeps answering (after a start, that is
+/// every object). `wake`: a sync ended with nothing pending.
+async fn pack_loop(st: Rc<RefCell<State>>, wake: Rc<Notify>) {
+    const QUIET: Duration = Duration::from_secs(1);
     const STEP: usize = 256;
-    if st.borrow().dataplane.pending != 0 {
-        return;
-    }
-    let many = st.borrow().registry.unpacked() > STEP;
-    while st.borrow_mut().registry.pack(STEP) {
-        tokio::task::yield_now().await;
-    }
-    if many {
-        super::memory::release_free();
+    const MOST_WAITING: usize = 4096;
+    loop {
+        wake.notified().await;
+        loop {
+            let generation = st.borrow().dataplane.generation;
+            tokio::time::sleep(QUIET).await;
+            let s = st.borrow();
+            let quiet = s.dataplane.generation == generation && s.dataplane.pending == 0;
+            if quiet || s.registry.unpacked() > MOST_WAITING {
+                break;
+            }
+        }
+        let many = st.borrow().registry.unpacked() > STEP;
+        while st.borrow_mut().registry.pack(STEP) {
+            tokio::task::yield_now().await;
+        }
+        if many {
+            super::memory::release_free();
+        }
     }
 }
 
@@ -255,6 +268,8 @@ pub async fn sync_loop(
     let wake = st.borrow().wake.clone();
     let outcome_state = st.clone();
     let outcome_wake = wake.clone();
+    let pack_wake = Rc::new(Notify::new());
+    tokio::task::spawn_local(pack_loop(st.clone(), pack_wake.clone()));
     tokio::task::spawn_local(async move {
         let mut backoff = Duration::from_millis(200);
         while let Some(o) = outcomes.recv().await {
@@ -307,7 +322,9 @@ pub async fn sync_loop(
                 }
             }
             let _ = led.send(LedState::for_dataplane(ok, !ok));
-            pack_registry(&outcome_state).await;
+            if outcome_state.borrow().dataplane.pending == 0 {
+                pack_wake.notify_one();
+            }
             if !ok {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
