@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 
 use super::State;
 use crate::config::Config;
@@ -228,33 +228,23 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
     Some(SyncRequest { node: node_input(s), changed, rebuild, check })
 }
 
-/// Packs the objects stored since the last sync into text ([`crate::registry::Registry::pack`])
-/// once the data plane has been quiet for a while (a burst of writes, such as a List
-/// applied in batches, is packed once at its end, not batch by batch), or once too many
-/// wait. It packs in steps, so that the loop keeps answering (after a start, that is
-/// every object). `wake`: a sync ended with nothing pending.
-async fn pack_loop(st: Rc<RefCell<State>>, wake: Rc<Notify>) {
-    const QUIET: Duration = Duration::from_secs(1);
+/// How long the data plane stays quiet before the objects stored since are packed into
+/// text ([`crate::registry::Registry::pack`]): a burst of writes, such as a List applied
+/// in batches, is packed once at its end, not batch by batch.
+const PACK_QUIET: Duration = Duration::from_secs(1);
+/// More than this many waiting are packed without waiting for quiet.
+const PACK_MOST_WAITING: usize = 4096;
+
+/// Packs what waits, in steps, so that the loop keeps answering (after a start, that is
+/// every object). A sync request in flight keeps what it shares typed.
+async fn pack_registry(st: &Rc<RefCell<State>>) {
     const STEP: usize = 256;
-    const MOST_WAITING: usize = 4096;
-    loop {
-        wake.notified().await;
-        loop {
-            let generation = st.borrow().dataplane.generation;
-            tokio::time::sleep(QUIET).await;
-            let s = st.borrow();
-            let quiet = s.dataplane.generation == generation && s.dataplane.pending == 0;
-            if quiet || s.registry.unpacked() > MOST_WAITING {
-                break;
-            }
-        }
-        let many = st.borrow().registry.unpacked() > STEP;
-        while st.borrow_mut().registry.pack(STEP) {
-            tokio::task::yield_now().await;
-        }
-        if many {
-            super::memory::release_free();
-        }
+    let many = st.borrow().registry.unpacked() > STEP;
+    while st.borrow_mut().registry.pack(STEP) {
+        tokio::task::yield_now().await;
+    }
+    if many {
+        super::memory::release_free();
     }
 }
 
@@ -268,11 +258,26 @@ pub async fn sync_loop(
     let wake = st.borrow().wake.clone();
     let outcome_state = st.clone();
     let outcome_wake = wake.clone();
-    let pack_wake = Rc::new(Notify::new());
-    tokio::task::spawn_local(pack_loop(st.clone(), pack_wake.clone()));
     tokio::task::spawn_local(async move {
         let mut backoff = Duration::from_millis(200);
-        while let Some(o) = outcomes.recv().await {
+        // Objects wait to be packed: the next quiet second packs them.
+        let mut pack_due = false;
+        loop {
+            let o = if pack_due {
+                match tokio::time::timeout(PACK_QUIET, outcomes.recv()).await {
+                    Ok(o) => o,
+                    Err(_) => {
+                        pack_due = false;
+                        if outcome_state.borrow().dataplane.pending == 0 {
+                            pack_registry(&outcome_state).await;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                outcomes.recv().await
+            };
+            let Some(o) = o else { break };
             let ok = o.result.is_ok();
             {
                 let mut s = outcome_state.borrow_mut();
@@ -322,8 +327,13 @@ pub async fn sync_loop(
                 }
             }
             let _ = led.send(LedState::for_dataplane(ok, !ok));
-            if outcome_state.borrow().dataplane.pending == 0 {
-                pack_wake.notify_one();
+            let (idle, waiting) = {
+                let s = outcome_state.borrow();
+                (s.dataplane.pending == 0, s.registry.unpacked())
+            };
+            pack_due = waiting > 0;
+            if idle && waiting > PACK_MOST_WAITING {
+                pack_registry(&outcome_state).await;
             }
             if !ok {
                 tokio::time::sleep(backoff).await;
