@@ -208,8 +208,9 @@ fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
     st.registry.service(&key.0, &key.1).map(|s| owned(st, s))
 }
 
-/// The batch the state asks for now, if any: O(changed services), except a rebuild.
-fn next_request(s: &mut State) -> Option<SyncRequest> {
+/// The batch the state asks for now, if any, with the services to read into it
+/// ([`read_services`]): O(changed services), except a rebuild.
+fn next_request(s: &mut State) -> Option<(SyncRequest, Vec<Key>)> {
     let rebuild = std::mem::take(&mut s.full_resync);
     let check = std::mem::take(&mut s.check_kernel);
     let node_changed = std::mem::take(&mut s.node_changed);
@@ -217,15 +218,33 @@ fn next_request(s: &mut State) -> Option<SyncRequest> {
     if !rebuild && !check && !node_changed && dirty.is_empty() {
         return None;
     }
-    let changed = if rebuild {
-        s.registry
-            .services()
-            .map(|svc| ((svc.namespace().to_string(), svc.name().to_string()), Some(owned(s, svc))))
-            .collect()
-    } else {
-        dirty.into_iter().map(|k| (k.clone(), owned_by_key(s, &k))).collect()
-    };
-    Some(SyncRequest { node: node_input(s), changed, rebuild, check })
+    let keys: Vec<Key> = if rebuild { s.registry.service_keys() } else { dirty.into_iter().collect() };
+    let changed = Vec::with_capacity(keys.len());
+    Some((SyncRequest { node: node_input(s), changed, rebuild, check }, keys))
+}
+
+/// Reads a batch's services from the registry in steps, letting the loop answer between
+/// them: a rebuild reads every service, and a packed one is decoded from its text.
+/// What changes meanwhile is marked dirty again and goes in the next batch; a service
+/// deleted meanwhile is left out of a rebuild.
+async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec<Key>) {
+    const STEP: usize = 256;
+    let mut keys = keys.into_iter().peekable();
+    loop {
+        {
+            let s = st.borrow();
+            for k in keys.by_ref().take(STEP) {
+                match owned_by_key(&s, &k) {
+                    None if req.rebuild => {}
+                    o => req.changed.push((k, o)),
+                }
+            }
+        }
+        if keys.peek().is_none() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
 }
 
 /// How long the data plane stays quiet before the objects stored since are packed into
@@ -356,7 +375,8 @@ pub async fn sync_loop(
             }
             req
         };
-        if let Some(req) = req {
+        if let Some((mut req, keys)) = req {
+            read_services(&st, &mut req, keys).await;
             if worker.tx.send(req).is_err() {
                 log::error!("the data plane worker stopped; the kernel is no longer kept in sync");
                 return;

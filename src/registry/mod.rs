@@ -643,6 +643,11 @@ impl Registry {
         self.services.values().map(Slot::get)
     }
 
+    /// Every Service's (namespace, name), sorted.
+    pub fn service_keys(&self) -> Vec<Key> {
+        self.services.keys().cloned().collect()
+    }
+
     /// The Services that carry a `healthCheckNodePort`, sorted by namespace and name.
     pub fn services_with_health_port(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
         self.health_ports.iter().filter_map(|k| self.services.get(k)).map(Slot::get)
