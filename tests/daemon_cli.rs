@@ -192,6 +192,21 @@ fn kubectl_objects_allocate_persist_and_survive_restarts() {
     }
     assert_eq!(d.json(&["get", "svc", "-A", "-o", "json"])["items"], before["items"]);
     assert_eq!(d.ok(&["apply", "-f", "-"], Some(&web)).trim(), "service/default/web unchanged");
+    // A Service written now is packed from the text its write persisted, and reads back
+    // as it was served.
+    let api = kubectl_service("clusterip", "api", "81:8081").to_string();
+    assert_eq!(d.ok(&["apply", "-f", "-"], Some(&api)).trim(), "service/default/api created");
+    let served = d.json(&["get", "svc", "api", "-o", "json"]);
+    while d.json(&["status", "-o", "json"])["objects"]["typed"] != 0 {
+        assert!(Instant::now() < deadline + Duration::from_secs(10), "not packed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(d.json(&["get", "svc", "api", "-o", "json"]), served);
+    d.ok(&["delete", "svc", "api"], None);
+    while d.json(&["status", "-o", "json"])["dataplane"]["inSync"] != true {
+        assert!(Instant::now() < deadline + Duration::from_secs(20), "not in sync after the delete");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let st = d.json(&["status", "-o", "json"]);
     // The restored objects were synced at start, before any API call changed anything.
     assert!(st["dataplane"]["generation"].as_u64().unwrap() >= 1, "{st}");

@@ -493,7 +493,8 @@ async fn write_group(
     };
     let (idx, prepared): (Vec<usize>, Vec<Prepared>) = prepared.into_iter().unzip();
     // Persist, off the event loop.
-    let (ops, op_of) = store_ops(&prepared);
+    let mut prepared = prepared;
+    let (ops, op_of) = store_ops(&mut prepared);
     let outcomes = if ops.is_empty() { Vec::new() } else { writer.write(ops).await };
     // Commit what is on disk.
     let mut s = st.borrow_mut();
@@ -689,18 +690,20 @@ pub fn persist_and_commit(
     store: &mut Store,
     prepared: Vec<Prepared>,
 ) -> Vec<Result<Committed, RpcError>> {
-    let (ops, op_of) = store_ops(&prepared);
+    let mut prepared = prepared;
+    let (ops, op_of) = store_ops(&mut prepared);
     let borrowed: Vec<Op<'_>> = ops
         .iter()
-        .map(|o| Op { kind: o.kind, namespace: &o.namespace, name: &o.name, object: o.object.as_ref() })
+        .map(|o| Op { kind: o.kind, namespace: &o.namespace, name: &o.name, object: o.object.as_deref() })
         .collect();
     let outcomes = store.apply(&borrowed);
     commit_outcomes(registry, prepared, &op_of, outcomes)
 }
 
 /// The store changes of prepared changes, and which op each one has (none when it
-/// changes nothing).
-fn store_ops(prepared: &[Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
+/// changes nothing). Each object's text is printed once, for the store and for the
+/// registry, which keeps it once the object is packed.
+fn store_ops(prepared: &mut [Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
     let mut ops = Vec::new();
     let mut op_of = Vec::with_capacity(prepared.len());
     for p in prepared {
@@ -708,14 +711,19 @@ fn store_ops(prepared: &[Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
             op_of.push(None);
             continue;
         }
+        let text: Option<Box<str>> = (!p.is_delete())
+            .then(|| serde_json::to_string(&object_json(p.object())).unwrap_or_default().into_boxed_str());
         let (namespace, name) = p.object().key();
         op_of.push(Some(ops.len()));
         ops.push(OwnedOp {
             kind: store_kind_of(p.object()),
             namespace: namespace.to_string(),
             name: name.to_string(),
-            object: (!p.is_delete()).then(|| object_json(p.object())),
+            object: text.clone(),
         });
+        if let Some(t) = text {
+            p.set_text(t);
+        }
     }
     (ops, op_of)
 }

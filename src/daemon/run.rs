@@ -82,18 +82,22 @@ impl State {
     }
 }
 
-/// The typed objects the store read back.
-type Decoded = (Vec<Service>, Vec<EndpointsObject>, Vec<Node>);
+/// The typed objects the store read back, with their texts where known.
+type Decoded = (Vec<(Service, Option<Box<str>>)>, Vec<(EndpointsObject, Option<Box<str>>)>, Vec<Node>);
 
 /// Decodes one file the store read back, as soon as it is read, straight from its text
 /// (only one file's bytes exist at a time); a file that no longer decodes stops the
 /// daemon with its name (it is never overwritten).
 fn decode_stored(o: StoredText<'_>, into: &mut Decoded) -> Result<(), StoreError> {
     let (services, endpoints, nodes) = into;
+    // The registry keeps the text once the first sync has the typed objects ([`Registry::pack`]).
+    let text = || o.object_text().map(Box::from);
     match o.kind {
-        Kind::Service => services.push(o.decode::<Service>()?.compacted()),
-        Kind::Endpoints => endpoints.push(EndpointsObject::Endpoints(o.decode::<Endpoints>()?.compacted())),
-        Kind::EndpointSlice => endpoints.push(EndpointsObject::Slice(o.decode::<EndpointSlice>()?.compacted())),
+        Kind::Service => services.push((o.decode::<Service>()?.compacted(), text())),
+        Kind::Endpoints => endpoints.push((EndpointsObject::Endpoints(o.decode::<Endpoints>()?.compacted()), None)),
+        Kind::EndpointSlice => {
+            endpoints.push((EndpointsObject::Slice(o.decode::<EndpointSlice>()?.compacted()), text()))
+        }
         Kind::Node => nodes.push(o.decode::<Node>()?),
     }
     Ok(())
@@ -134,7 +138,8 @@ pub fn run(args: Args, mut cfg: Config, started: Instant) -> Result<(), String> 
     let store = Store::open_each(&cfg.state_dir, |o| decode_stored(o, &mut decoded)).map_err(|e| e.to_string())?;
     let (services, endpoints, nodes) = decoded;
     let n_services = services.len();
-    let (mut registry, problems) = Registry::restore(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
+    let (mut registry, problems) =
+        Registry::restore_stored(cfg.node_port_range, &cfg.service_cidrs, services, endpoints);
     registry.restore_nodes(nodes);
     for p in &problems {
         log::warn!("state: {p}");

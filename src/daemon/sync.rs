@@ -377,9 +377,17 @@ pub async fn sync_loop(
         };
         if let Some((mut req, keys)) = req {
             read_services(&st, &mut req, keys).await;
+            let rebuild = req.rebuild;
             if worker.tx.send(req).is_err() {
                 log::error!("the data plane worker stopped; the kernel is no longer kept in sync");
                 return;
+            }
+            if rebuild {
+                // The worker has its copies of every service with its backends: objects
+                // whose text is known (restored, just written) become that text now, so
+                // that the typed Services live only as long as the worker needs them and
+                // the typed EndpointSlices not at all.
+                pack_registry(&st).await;
             }
         }
     }

@@ -259,27 +259,45 @@ impl Registry {
         services: Vec<Service>,
         endpoints: Vec<EndpointsObject>,
     ) -> (Registry, Vec<String>) {
+        let services = services.into_iter().map(|s| (s, None)).collect();
+        let endpoints = endpoints.into_iter().map(|e| (e, None)).collect();
+        Registry::restore_inner(Registry::new(range, cidrs), services, endpoints)
+    }
+
+    /// [`Registry::restore`] of objects read from their state files, each with its text
+    /// (the file's `object`) where known: the registry keeps that text once the objects
+    /// are packed, with nothing to print ([`slot`]).
+    pub fn restore_stored(
+        range: PortRange,
+        cidrs: &[IpNet],
+        services: Vec<(Service, Option<Box<str>>)>,
+        endpoints: Vec<(EndpointsObject, Option<Box<str>>)>,
+    ) -> (Registry, Vec<String>) {
         Registry::restore_inner(Registry::new(range, cidrs), services, endpoints)
     }
 
     fn restore_inner(
         mut reg: Registry,
-        services: Vec<Service>,
-        endpoints: Vec<EndpointsObject>,
+        services: Vec<(Service, Option<Box<str>>)>,
+        endpoints: Vec<(EndpointsObject, Option<Box<str>>)>,
     ) -> (Registry, Vec<String>) {
-        let mut services: Vec<Service> = services;
-        for s in &mut services {
+        let mut services = services;
+        for (s, text) in &mut services {
+            if s.metadata.namespace.is_none() {
+                // The text would not read back as the object with its namespace filled in.
+                *text = None;
+            }
             meta::default_namespace(&mut s.metadata);
         }
         // The store reads them in file-name order, which is nearly always this order: a
         // sort would still move every Service around (std's small sort merges anyway).
         let by_key = |a: &Service, b: &Service| (a.namespace(), a.name()).cmp(&(b.namespace(), b.name()));
-        if !services.is_sorted_by(|a, b| by_key(a, b) != std::cmp::Ordering::Greater) {
-            services.sort_by(by_key);
+        if !services.is_sorted_by(|a, b| by_key(&a.0, &b.0) != std::cmp::Ordering::Greater) {
+            services.sort_by(|a, b| by_key(&a.0, &b.0));
         }
         let mut port_owner: BTreeMap<u16, String> = BTreeMap::new();
         let mut ip_owner: BTreeMap<IpAddr, String> = BTreeMap::new();
-        for svc in services {
+        for (svc, text) in services {
             let key = key_of(&svc);
             let who = format!("{}/{}", key.0, key.1);
             let mut held = Held::default();
@@ -353,9 +371,9 @@ impl Registry {
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
             reg.held.insert(key.clone(), held);
-            reg.put_service(key, svc);
+            reg.put_service(key, svc, text);
         }
-        for obj in endpoints {
+        for (obj, text) in endpoints {
             match obj {
                 EndpointsObject::Endpoints(mut e) => {
                     meta::default_namespace(&mut e.metadata);
@@ -363,9 +381,10 @@ impl Registry {
                     reg.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e);
                 }
                 EndpointsObject::Slice(mut e) => {
+                    let text = text.filter(|_| e.metadata.namespace.is_some());
                     meta::default_namespace(&mut e.metadata);
                     reg.note_rv(&e.metadata);
-                    reg.put_slice(e);
+                    reg.put_slice(e, text);
                 }
             }
         }
@@ -387,15 +406,15 @@ impl Registry {
         Some((s.metadata.ns().to_string(), svc.to_string()))
     }
 
-    /// Stores a Service typed, to be packed later.
-    fn put_service(&mut self, key: Key, svc: Service) {
+    /// Stores a Service typed, to be packed later (`text`: its text, when known).
+    fn put_service(&mut self, key: Key, svc: Service, text: Option<Box<str>>) {
         if svc.spec.health_check_node_port.is_some() {
             self.health_ports.insert(key.clone());
         } else {
             self.health_ports.remove(&key);
         }
         self.unpacked.push((Packable::Service, key.clone()));
-        self.services.insert(key, Slot::new(svc));
+        self.services.insert(key, Slot::new(svc, text));
     }
 
     /// Packs up to `budget` of the objects stored typed since the last call into text,
@@ -430,7 +449,7 @@ impl Registry {
     }
 
     /// Store a slice, keeping `slices_of` in step.
-    fn put_slice(&mut self, s: EndpointSlice) {
+    fn put_slice(&mut self, s: EndpointSlice, text: Option<Box<str>>) {
         let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
         self.take_slice(&key);
         if let Some(owner) = Self::slice_owner(&s) {
@@ -440,7 +459,7 @@ impl Registry {
             }
         }
         self.unpacked.push((Packable::Slice, key.clone()));
-        self.slices.insert(key, Slot::new(s));
+        self.slices.insert(key, Slot::new(s, text));
     }
 
     fn take_slice(&mut self, key: &Key) -> Option<Arc<EndpointSlice>> {
@@ -486,7 +505,7 @@ impl Registry {
         let objs = self.endpoints_objects();
         let (mut reg, problems) = Registry::restore_inner(
             Registry::new(range, cidrs),
-            self.services.values().map(|s| Arc::unwrap_or_clone(s.get())).collect(),
+            self.services.values().map(|s| (Arc::unwrap_or_clone(s.get()), None)).collect(),
             objs,
         );
         let known = self.problems();
@@ -499,12 +518,13 @@ impl Registry {
         Ok(reg)
     }
 
-    fn endpoints_objects(&self) -> Vec<EndpointsObject> {
+    fn endpoints_objects(&self) -> Vec<(EndpointsObject, Option<Box<str>>)> {
         self.endpoints
             .values()
             .cloned()
             .map(EndpointsObject::Endpoints)
             .chain(self.slices.values().map(|e| EndpointsObject::Slice(Arc::unwrap_or_clone(e.get()))))
+            .map(|o| (o, None))
             .collect()
     }
 

@@ -7,6 +7,10 @@
 //! which costs O(that object) where a reader needs it (a `get`, a change's sync, a
 //! rebuild). The typed form stays while it is shared (`Arc`) with a sync request in
 //! flight, so the data plane's batches never wait for a decode.
+//!
+//! An object usually comes with its text: as written to its state file (an apply) or
+//! read from it (a restore). Packing it then only drops the typed form, whoever else
+//! still holds it, with nothing to print.
 
 use std::sync::Arc;
 
@@ -19,7 +23,8 @@ static NO_ANNOTATIONS: SmallMap = SmallMap::new();
 
 #[derive(Debug, Clone)]
 pub(super) enum Slot<T> {
-    Typed(Arc<T>),
+    /// With the object's text when it is known already.
+    Typed(Arc<T>, Option<Box<str>>),
     /// The text and, read out of it, the annotations (boxed: most objects have none),
     /// which selections by owner or applier (`apply --prune`, cluster mode's mirror) test
     /// on every object.
@@ -44,14 +49,15 @@ impl Meta for crate::model::EndpointSlice {
 }
 
 impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
-    pub(super) fn new(value: T) -> Slot<T> {
-        Slot::Typed(Arc::new(value))
+    /// `text`: the object's text, if known; it must read back as the object.
+    pub(super) fn new(value: T, text: Option<Box<str>>) -> Slot<T> {
+        Slot::Typed(Arc::new(value), text)
     }
 
     /// The object (decoded when packed: a new copy each call).
     pub(super) fn get(&self) -> Arc<T> {
         match self {
-            Slot::Typed(t) => t.clone(),
+            Slot::Typed(t, _) => t.clone(),
             Slot::Text(s, _) => Arc::new(decode(s)),
         }
     }
@@ -59,16 +65,23 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
     /// The object's annotations, without decoding it.
     pub(super) fn annotations(&self) -> &SmallMap {
         match self {
-            Slot::Typed(t) => &t.meta().annotations,
+            Slot::Typed(t, _) => &t.meta().annotations,
             Slot::Text(_, Some(a)) => a,
             Slot::Text(_, None) => &NO_ANNOTATIONS,
         }
     }
 
-    /// Packs the typed form into text unless something else still holds it. `true` when
-    /// the slot is text now.
+    /// Packs the typed form into text: with the text known, at once; else unless
+    /// something else still holds the object (it is printed then). `true` when the slot
+    /// is text now.
     pub(super) fn pack(&mut self) -> bool {
-        let Slot::Typed(t) = self else { return true };
+        let Slot::Typed(t, known) = self else { return true };
+        let a = &t.meta().annotations;
+        let annotations = (!a.is_empty()).then(|| Box::new(a.clone()));
+        if let Some(text) = known.take() {
+            *self = Slot::Text(text, annotations);
+            return true;
+        }
         if Arc::strong_count(t) > 1 {
             return false;
         }
@@ -76,8 +89,6 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
         // copy of the model's serializers is compiled in (11 KB of mipsel flash).
         match serde_json::to_value(&**t).and_then(|v| serde_json::to_string(&v)) {
             Ok(s) => {
-                let a = &t.meta().annotations;
-                let annotations = (!a.is_empty()).then(|| Box::new(a.clone()));
                 *self = Slot::Text(s.into_boxed_str(), annotations);
                 true
             }
@@ -129,10 +140,10 @@ mod tests {
     fn a_packed_object_reads_back_equal() {
         let svc: Service = serde_json::from_str(SERVICE).expect("the Service reads");
         assert!(svc.spec.session_affinity_config.is_some() && svc.status.is_some(), "the fixture sets the rare fields");
-        let mut slot = Slot::new(svc.clone());
+        let mut slot = Slot::new(svc.clone(), None);
         let held = slot.get();
         assert!(!slot.pack(), "a copy is still shared: the slot stays typed");
-        assert!(matches!(slot, Slot::Typed(_)));
+        assert!(matches!(slot, Slot::Typed(..)));
         drop(held);
         assert!(slot.pack());
         let Slot::Text(text, annotations) = &slot else { panic!("packed: {slot:?}") };
@@ -143,11 +154,25 @@ mod tests {
         assert!(slot.pack(), "packing text again is a no-op");
 
         let es: EndpointSlice = serde_json::from_str(SLICE).expect("the slice reads");
-        let mut slot = Slot::new(es.clone());
+        let mut slot = Slot::new(es.clone(), None);
         assert!(slot.pack());
         assert!(matches!(slot, Slot::Text(_, None)), "no annotations, none kept");
         assert!(slot.annotations().is_empty());
         assert_eq!(*slot.get(), es);
+    }
+
+    #[test]
+    fn a_known_text_is_kept_at_once_even_while_shared() {
+        let svc: Service = serde_json::from_str(SERVICE).expect("the Service reads");
+        let compact = serde_json::to_string(&serde_json::from_str::<serde_json::Value>(SERVICE).unwrap()).unwrap();
+        let mut slot = Slot::new(svc.clone(), Some(compact.clone().into_boxed_str()));
+        let held = slot.get();
+        assert!(slot.pack(), "nothing to print: packed while shared");
+        let Slot::Text(text, _) = &slot else { panic!("packed: {slot:?}") };
+        assert_eq!(**text, *compact, "the known text, not a new print");
+        assert_eq!(*held, svc, "the shared copy lives on");
+        assert_eq!(*slot.get(), svc);
+        assert_eq!(slot.annotations().get("a"), Some("b"));
     }
 
     #[test]

@@ -59,9 +59,18 @@ pub struct Prepared {
     object: Object,
     taken: Taken,
     returns: Returns,
+    /// The object's text as persisted ([`Prepared::set_text`]): the registry keeps it
+    /// once the object is packed, with nothing to print.
+    text: Option<Box<str>>,
 }
 
 impl Prepared {
+    /// The object's compact JSON text, as written to the store; it must read back as
+    /// [`Prepared::object`].
+    pub fn set_text(&mut self, text: Box<str>) {
+        self.text = Some(text);
+    }
+
     /// `Created`, `Configured` or `Unchanged` (a delete reports `Configured`).
     pub fn action(&self) -> Action {
         self.action
@@ -96,7 +105,7 @@ impl Drop for Prepared {
 
 impl Registry {
     pub(super) fn prepared(&self, action: Action, change: Option<Change>, object: Object, taken: Taken) -> Prepared {
-        Prepared { action, change, object, taken, returns: self.returns.clone() }
+        Prepared { action, change, object, taken, returns: self.returns.clone(), text: None }
     }
 
     /// Releases the reservations of prepared changes that were dropped. Every prepare
@@ -126,7 +135,7 @@ impl Registry {
                     self.release(&prev, &held);
                     self.held.insert(key.clone(), held);
                     self.problems.retain(|(k, _)| *k != key);
-                    self.put_service(key, svc.clone());
+                    self.put_service(key, svc.clone(), p.text.take());
                 }
             }
             Some(Change::DeleteService { key }) => {
@@ -141,7 +150,7 @@ impl Registry {
                 Object::Endpoints(EndpointsObject::Endpoints(e)) => {
                     self.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e.clone());
                 }
-                Object::Endpoints(EndpointsObject::Slice(e)) => self.put_slice(e.clone()),
+                Object::Endpoints(EndpointsObject::Slice(e)) => self.put_slice(e.clone(), p.text.take()),
                 Object::Service(_) | Object::Node(_) => {}
             },
             Some(Change::PutNode) => {

@@ -97,13 +97,14 @@ pub enum IoStep {
 /// inject ENOSPC, EROFS, EIO at the store's I/O boundary this way).
 pub type FaultHook = Box<dyn FnMut(IoStep, &Path) -> io::Result<()> + Send>;
 
-/// One change of a batch: write `object`, or remove the file when it is `None`.
+/// One change of a batch: write `object` (its compact JSON text, as `Value` prints it),
+/// or remove the file when it is `None`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Op<'a> {
     pub kind: Kind,
     pub namespace: &'a str,
     pub name: &'a str,
-    pub object: Option<&'a Value>,
+    pub object: Option<&'a str>,
 }
 
 /// An [`Op`] that owns its data, to hand to the [`Writer`] thread.
@@ -112,12 +113,12 @@ pub struct OwnedOp {
     pub kind: Kind,
     pub namespace: String,
     pub name: String,
-    pub object: Option<Value>,
+    pub object: Option<Box<str>>,
 }
 
 impl OwnedOp {
     fn borrowed(&self) -> Op<'_> {
-        Op { kind: self.kind, namespace: &self.namespace, name: &self.name, object: self.object.as_ref() }
+        Op { kind: self.kind, namespace: &self.namespace, name: &self.name, object: self.object.as_deref() }
     }
 }
 
@@ -293,7 +294,8 @@ impl Store {
 
     /// Write one object durably.
     pub fn put(&mut self, kind: Kind, namespace: &str, name: &str, object: &Value) -> Result<(), StoreError> {
-        single(self.apply(&[Op { kind, namespace, name, object: Some(object) }]))
+        let text = object.to_string();
+        single(self.apply(&[Op { kind, namespace, name, object: Some(&text) }]))
     }
 
     /// Remove one object durably; absent is fine.
@@ -321,7 +323,7 @@ impl Store {
             };
             match op.object {
                 None => removals.push((i, dir, file)),
-                Some(object) => match self.stage(&dir, op.namespace, op.name, object) {
+                Some(object) => match self.stage(&dir, op.name, object) {
                     Ok(tmp) => staged.push((i, dir, tmp, file)),
                     Err(e) => out[i] = Some(Outcome::NotWritten(e)),
                 },
@@ -369,7 +371,7 @@ impl Store {
     }
 
     /// Write and fsync the temp file of one object; on failure nothing is left.
-    fn stage(&mut self, dir: &Path, namespace: &str, name: &str, object: &Value) -> Result<PathBuf, StoreError> {
+    fn stage(&mut self, dir: &Path, name: &str, object: &str) -> Result<PathBuf, StoreError> {
         if !dir.is_dir() {
             self.step(IoStep::CreateDir, dir)
                 .and_then(|()| fs::create_dir_all(dir))
@@ -378,9 +380,11 @@ impl Store {
                 self.fsync_dir(parent)?;
             }
         }
-        let env = Envelope { schema: SCHEMA, object };
-        let bytes =
-            serde_json::to_vec(&env).map_err(|e| StoreError(format!("cannot encode {namespace}/{name}: {e}")))?;
+        // What `Envelope` prints, around the object's text: `{"schema":1,"object":...}`.
+        let mut bytes = Vec::with_capacity(object.len() + 24);
+        bytes.extend_from_slice(format!("{{\"schema\":{SCHEMA},\"object\":").as_bytes());
+        bytes.extend_from_slice(object.as_bytes());
+        bytes.push(b'}');
         let tmp = dir.join(format!(".{name}.json.tmp"));
         let r = self.write_temp(&tmp, &bytes);
         if r.is_err() {
@@ -512,7 +516,15 @@ pub struct StoredText<'a> {
     pub text: &'a str,
 }
 
-impl StoredText<'_> {
+impl<'a> StoredText<'a> {
+    /// The object's own text, as this version writes state files
+    /// (`{"schema":1,"object":...}`, compact); `None` for a file in another layout (edited
+    /// by hand, say): its object is still read by [`StoredText::decode`].
+    pub fn object_text(&self) -> Option<&'a str> {
+        let t = self.text.strip_prefix("{\"schema\":1,\"object\":")?.strip_suffix('}')?;
+        (t.starts_with('{') && t.ends_with('}')).then_some(t)
+    }
+
     /// The object, parsed from the text straight into `T` (no JSON tree in between), or
     /// an error naming the file and, for a type error, the field's path.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, StoreError> {
@@ -541,6 +553,32 @@ impl StoredText<'_> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_written_file_gives_its_objects_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::open(dir.path()).unwrap();
+        let obj = json!({"metadata": {"name": "web", "labels": {"a": "}"}}, "spec": {"ports": [{"port": 80}]}});
+        s.put(Kind::Service, "default", "web", &obj).unwrap();
+        let f = dir.path().join("objects/services/default/web.json");
+        // The layout `Envelope` prints.
+        let env = serde_json::to_string(&Envelope { schema: SCHEMA, object: &obj }).unwrap();
+        assert_eq!(fs::read_to_string(&f).unwrap(), env);
+        let texts = |dir: &Path| {
+            let mut texts = Vec::new();
+            Store::open_each(dir, |o| {
+                texts.push(o.object_text().map(str::to_string));
+                Ok(())
+            })
+            .unwrap();
+            texts
+        };
+        assert_eq!(texts(dir.path()), [Some(obj.to_string())]);
+        // Another layout (spaces, another key order) has no object text, only an object.
+        fs::write(&f, br#"{"schema": 1, "object": {"metadata": {"name": "web"}}}"#).unwrap();
+        fs::write(dir.path().join("objects/services/default/b.json"), br#"{"object":{},"schema":1}"#).unwrap();
+        assert_eq!(texts(dir.path()), [None, None]);
+    }
 
     #[test]
     fn put_read_delete_round_trip() {
@@ -663,7 +701,7 @@ mod tests {
             kind: Kind::Service,
             namespace: "default".into(),
             name: name.into(),
-            object: Some(json!({"n": name})),
+            object: Some(json!({"n": name}).to_string().into()),
         };
         let outcomes = rt.block_on(async {
             let first = tokio::spawn({
