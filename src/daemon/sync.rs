@@ -218,26 +218,41 @@ fn next_request(s: &mut State) -> Option<(SyncRequest, Vec<Key>)> {
     if !rebuild && !check && !node_changed && dirty.is_empty() {
         return None;
     }
-    let keys: Vec<Key> = if rebuild { s.registry.service_keys() } else { dirty.into_iter().collect() };
-    let changed = Vec::with_capacity(keys.len());
+    // A rebuild reads every service (`read_services`), whatever is dirty.
+    let keys: Vec<Key> = if rebuild { Vec::new() } else { dirty.into_iter().collect() };
+    let changed = Vec::with_capacity(if rebuild { s.registry.service_count() } else { keys.len() });
     Some((SyncRequest { node: node_input(s), changed, rebuild, check }, keys))
 }
 
 /// Reads a batch's services from the registry in steps, letting the loop answer between
 /// them: a rebuild reads every service, and a packed one is decoded from its text.
-/// What changes meanwhile is marked dirty again and goes in the next batch; a service
-/// deleted meanwhile is left out of a rebuild.
+/// A rebuild walks the services in order, each step from where the last one ended. What
+/// changes meanwhile is marked dirty again and goes in the next batch.
 async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec<Key>) {
     const STEP: usize = 256;
+    if req.rebuild {
+        loop {
+            {
+                let s = st.borrow();
+                let after = req.changed.last().map(|(k, _)| k);
+                let step = s.registry.services_after(after, STEP);
+                if step.is_empty() {
+                    return;
+                }
+                for (k, svc) in step {
+                    req.changed.push((k, Some(owned(&s, svc))));
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    }
     let mut keys = keys.into_iter().peekable();
     loop {
         {
             let s = st.borrow();
             for k in keys.by_ref().take(STEP) {
-                match owned_by_key(&s, &k) {
-                    None if req.rebuild => {}
-                    o => req.changed.push((k, o)),
-                }
+                let o = owned_by_key(&s, &k);
+                req.changed.push((k, o));
             }
         }
         if keys.peek().is_none() {

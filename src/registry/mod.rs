@@ -170,6 +170,9 @@ pub struct Registry {
     /// Services and slices stored typed since the last [`Registry::pack`] (a key may
     /// be listed twice, or be gone: packing checks).
     unpacked: Vec<(Packable, Key)>,
+    /// Every Service and slice was restored typed and none is packed yet: the first
+    /// [`Registry::pack`] walks the maps rather than a list of every key.
+    all_unpacked: bool,
     /// The Services with a `healthCheckNodePort`: the health-check listeners are
     /// rebuilt from these alone, without reading every Service.
     health_ports: BTreeSet<Key>,
@@ -227,6 +230,7 @@ impl Registry {
             endpoints: BTreeMap::new(),
             slices: BTreeMap::new(),
             unpacked: Vec::new(),
+            all_unpacked: false,
             health_ports: BTreeSet::new(),
             slices_of: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -281,6 +285,8 @@ impl Registry {
         services: Vec<(Service, Option<Box<str>>)>,
         endpoints: Vec<(EndpointsObject, Option<Box<str>>)>,
     ) -> (Registry, Vec<String>) {
+        // Every object restored is typed: no list of their keys.
+        reg.all_unpacked = true;
         let mut services = services;
         for (s, text) in &mut services {
             if s.metadata.namespace.is_none() {
@@ -413,7 +419,9 @@ impl Registry {
         } else {
             self.health_ports.remove(&key);
         }
-        self.unpacked.push((Packable::Service, key.clone()));
+        if !self.all_unpacked {
+            self.unpacked.push((Packable::Service, key.clone()));
+        }
         self.services.insert(key, Slot::new(svc, text));
     }
 
@@ -421,6 +429,16 @@ impl Registry {
     /// except those a sync request still shares. `true` when some are left to pack
     /// (call again, after letting others run: the event loop packs in steps).
     pub fn pack(&mut self, budget: usize) -> bool {
+        if std::mem::take(&mut self.all_unpacked) {
+            // One walk (after a start) packs those with their texts (O(1) each); the
+            // others are listed, to be printed in steps.
+            let services = self.services.iter_mut().map(|(k, s)| (Packable::Service, k, s.pack_known()));
+            let slices = self.slices.iter_mut().map(|(k, s)| (Packable::Slice, k, s.pack_known()));
+            let left: Vec<(Packable, Key)> =
+                services.chain(slices).filter(|(_, _, packed)| !packed).map(|(p, k, _)| (p, k.clone())).collect();
+            self.unpacked.extend(left);
+            return !self.unpacked.is_empty();
+        }
         let mut shared = Vec::new();
         let mut done = 0;
         while done < budget {
@@ -445,7 +463,10 @@ impl Registry {
 
     /// How many objects wait to be packed (some may be gone or packed already).
     pub fn unpacked(&self) -> usize {
-        self.unpacked.len()
+        match self.all_unpacked {
+            true => self.services.len() + self.slices.len(),
+            false => self.unpacked.len(),
+        }
     }
 
     /// Store a slice, keeping `slices_of` in step.
@@ -458,7 +479,9 @@ impl Registry {
                 names.insert(at, key.1.clone());
             }
         }
-        self.unpacked.push((Packable::Slice, key.clone()));
+        if !self.all_unpacked {
+            self.unpacked.push((Packable::Slice, key.clone()));
+        }
         self.slices.insert(key, Slot::new(s, text));
     }
 
@@ -663,9 +686,13 @@ impl Registry {
         self.services.values().map(Slot::get)
     }
 
-    /// Every Service's (namespace, name), sorted.
-    pub fn service_keys(&self) -> Vec<Key> {
-        self.services.keys().cloned().collect()
+    /// Up to `n` Services after `after` (from the first when `None`), sorted by
+    /// namespace and name, as [`Registry::service`] gives them: reading every Service in
+    /// steps costs one search per step, not one per Service.
+    pub fn services_after(&self, after: Option<&Key>, n: usize) -> Vec<(Key, Arc<Service>)> {
+        use std::ops::Bound;
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.get())).collect()
     }
 
     /// The Services that carry a `healthCheckNodePort`, sorted by namespace and name.

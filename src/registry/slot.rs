@@ -71,6 +71,14 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
         }
     }
 
+    /// Packs the typed form if its text is known. `true` when the slot is text now.
+    pub(super) fn pack_known(&mut self) -> bool {
+        match self {
+            Slot::Typed(_, None) => false,
+            _ => self.pack(),
+        }
+    }
+
     /// Packs the typed form into text: with the text known, at once; else unless
     /// something else still holds the object (it is printed then). `true` when the slot
     /// is text now.
