@@ -173,9 +173,6 @@ pub struct Registry {
     /// Every Service and slice was restored typed and none is packed yet: the first
     /// [`Registry::pack`] walks the maps rather than a list of every key.
     all_unpacked: bool,
-    /// The Services with a `healthCheckNodePort`: the health-check listeners are
-    /// rebuilt from these alone, without reading every Service.
-    health_ports: BTreeSet<Key>,
     /// (namespace, `kubernetes.io/service-name`) → slice names: finding a service's
     /// slices must not scan every slice (a sync would cost O(all) per service). The names
     /// are a sorted vector: most services have one slice, and a one-entry set costs a
@@ -231,7 +228,6 @@ impl Registry {
             slices: BTreeMap::new(),
             unpacked: Vec::new(),
             all_unpacked: false,
-            health_ports: BTreeSet::new(),
             slices_of: BTreeMap::new(),
             nodes: BTreeMap::new(),
             problems: Vec::new(),
@@ -414,11 +410,6 @@ impl Registry {
 
     /// Stores a Service typed, to be packed later (`text`: its text, when known).
     fn put_service(&mut self, key: Key, svc: Service, text: Option<Box<str>>) {
-        if svc.spec.health_check_node_port.is_some() {
-            self.health_ports.insert(key.clone());
-        } else {
-            self.health_ports.remove(&key);
-        }
         if !self.all_unpacked {
             self.unpacked.push((Packable::Service, key.clone()));
         }
@@ -695,9 +686,10 @@ impl Registry {
         self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.get())).collect()
     }
 
-    /// The Services that carry a `healthCheckNodePort`, sorted by namespace and name.
+    /// The Services that carry a `healthCheckNodePort` (and, rarely, a few that do not),
+    /// sorted by namespace and name; only these are decoded.
     pub fn services_with_health_port(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
-        self.health_ports.iter().filter_map(|k| self.services.get(k)).map(Slot::get)
+        self.services.values().filter(|s| s.may_have_health_check_node_port()).map(Slot::get)
     }
 
     /// Sorted by namespace, then name; every namespace when `ns` is `None`.

@@ -110,6 +110,18 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
     }
 }
 
+impl Slot<crate::model::Service> {
+    /// Whether the Service may carry `spec.healthCheckNodePort`, without decoding it: the
+    /// health-check listeners are rebuilt from these alone. A packed one is told by its
+    /// text (a false positive, the name in a label, only costs a decode).
+    pub(super) fn may_have_health_check_node_port(&self) -> bool {
+        match self {
+            Slot::Typed(t, _) => t.spec.health_check_node_port.is_some(),
+            Slot::Text(s, _) => s.contains("\"healthCheckNodePort\":"),
+        }
+    }
+}
+
 /// The text was printed by [`Slot::pack`] from the same type, so it reads back; should it
 /// not, the error is logged and the type's empty value stands in for it.
 fn decode<T: DeserializeOwned + Default>(text: &str) -> T {

@@ -140,7 +140,6 @@ impl Registry {
             }
             Some(Change::DeleteService { key }) => {
                 self.services.remove(&key);
-                self.health_ports.remove(&key);
                 if let Some(h) = self.held.remove(&key) {
                     self.release(&h, &Held::default());
                 }
