@@ -711,8 +711,9 @@ fn store_ops(prepared: &mut [Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
             op_of.push(None);
             continue;
         }
-        let text: Option<Box<str>> = (!p.is_delete())
-            .then(|| serde_json::to_string(&object_json(p.object())).unwrap_or_default().into_boxed_str());
+        // A `Value` always prints; `Display` is the slower way to the same text.
+        let print = |v: Value| serde_json::to_string(&v).unwrap_or_else(|_| v.to_string()).into_boxed_str();
+        let text: Option<Box<str>> = (!p.is_delete()).then(|| print(object_json(p.object())));
         let (namespace, name) = p.object().key();
         op_of.push(Some(ops.len()));
         ops.push(OwnedOp {

@@ -64,6 +64,11 @@ fn io_err(path: &Path, what: &str, e: io::Error) -> StoreError {
     StoreError(format!("{}: {what}: {e}", path.display()))
 }
 
+/// How this version's state files start, as `Envelope` prints them: the object's text
+/// follows, then `}`.
+const ENVELOPE_HEAD: &str = "{\"schema\":1,\"object\":";
+const _: () = assert!(SCHEMA == 1, "ENVELOPE_HEAD names the schema");
+
 /// A state file: the object with the schema it was written in (`Envelope<&Value>` to write
 /// without a copy, `Envelope<Value>` to read).
 #[derive(Serialize, Deserialize)]
@@ -380,9 +385,9 @@ impl Store {
                 self.fsync_dir(parent)?;
             }
         }
-        // What `Envelope` prints, around the object's text: `{"schema":1,"object":...}`.
-        let mut bytes = Vec::with_capacity(object.len() + 24);
-        bytes.extend_from_slice(format!("{{\"schema\":{SCHEMA},\"object\":").as_bytes());
+        // What `Envelope` prints, around the object's text.
+        let mut bytes = Vec::with_capacity(ENVELOPE_HEAD.len() + object.len() + 1);
+        bytes.extend_from_slice(ENVELOPE_HEAD.as_bytes());
         bytes.extend_from_slice(object.as_bytes());
         bytes.push(b'}');
         let tmp = dir.join(format!(".{name}.json.tmp"));
@@ -521,7 +526,7 @@ impl<'a> StoredText<'a> {
     /// (`{"schema":1,"object":...}`, compact); `None` for a file in another layout (edited
     /// by hand, say): its object is still read by [`StoredText::decode`].
     pub fn object_text(&self) -> Option<&'a str> {
-        let t = self.text.strip_prefix("{\"schema\":1,\"object\":")?.strip_suffix('}')?;
+        let t = self.text.strip_prefix(ENVELOPE_HEAD)?.strip_suffix('}')?;
         (t.starts_with('{') && t.ends_with('}')).then_some(t)
     }
 
