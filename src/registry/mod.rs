@@ -141,6 +141,13 @@ impl<T: Ord + Copy> Few<T> {
     }
 }
 
+/// A stored Service and the values it holds.
+#[derive(Debug, Clone)]
+struct StoredService {
+    slot: Slot<Service>,
+    held: Held,
+}
+
 /// The kinds the registry packs ([`slot`]).
 #[derive(Debug, Clone, Copy)]
 enum Packable {
@@ -163,8 +170,9 @@ pub struct Registry {
     cluster_ips: Vec<IpAllocator>,
     /// Typed while just written or restored (shared with the data plane worker's
     /// requests), then packed into text ([`slot`]; [`Registry::pack`]).
-    services: BTreeMap<Key, Slot<Service>>,
-    held: BTreeMap<Key, Held>,
+    /// With what each holds: one map, not two (a map's keys and nodes cost ~150 bytes
+    /// per Service).
+    services: BTreeMap<Key, StoredService>,
     endpoints: BTreeMap<Key, Endpoints>,
     slices: BTreeMap<Key, Slot<EndpointSlice>>,
     /// Services and slices stored typed since the last [`Registry::pack`] (a key may
@@ -223,7 +231,6 @@ impl Registry {
             node_ports: PortAllocator::new(range, rng(0)),
             cluster_ips,
             services: BTreeMap::new(),
-            held: BTreeMap::new(),
             endpoints: BTreeMap::new(),
             slices: BTreeMap::new(),
             unpacked: Vec::new(),
@@ -240,7 +247,7 @@ impl Registry {
 
     /// What a Service holds, with the reserved address for `default/kubernetes`.
     fn held_by(&self, key: &Key) -> Held {
-        let mut h = self.held.get(key).cloned().unwrap_or_default();
+        let mut h = self.services.get(key).map(|s| s.held.clone()).unwrap_or_default();
         if let Some(ip) = self.reserved.filter(|_| is_kubernetes(key) && self.reserved_holder.is_none()) {
             h.ips.insert(ip);
         }
@@ -372,8 +379,7 @@ impl Registry {
             }
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
-            reg.held.insert(key.clone(), held);
-            reg.put_service(key, svc, text);
+            reg.put_service(key, svc, text, held);
         }
         for (obj, text) in endpoints {
             match obj {
@@ -408,12 +414,13 @@ impl Registry {
         Some((s.metadata.ns().to_string(), svc.to_string()))
     }
 
-    /// Stores a Service typed, to be packed later (`text`: its text, when known).
-    fn put_service(&mut self, key: Key, svc: Service, text: Option<Box<str>>) {
+    /// Stores a Service typed, to be packed later (`text`: its text, when known), with
+    /// what it holds.
+    fn put_service(&mut self, key: Key, svc: Service, text: Option<Box<str>>, held: Held) {
         if !self.all_unpacked {
             self.unpacked.push((Packable::Service, key.clone()));
         }
-        self.services.insert(key, Slot::new(svc, text));
+        self.services.insert(key, StoredService { slot: Slot::new(svc, text), held });
     }
 
     /// Packs up to `budget` of the objects stored typed since the last call into text,
@@ -423,7 +430,7 @@ impl Registry {
         if std::mem::take(&mut self.all_unpacked) {
             // One walk (after a start) packs those with their texts (O(1) each); the
             // others are listed, to be printed in steps.
-            let services = self.services.iter_mut().map(|(k, s)| (Packable::Service, k, s.pack_known()));
+            let services = self.services.iter_mut().map(|(k, s)| (Packable::Service, k, s.slot.pack_known()));
             let slices = self.slices.iter_mut().map(|(k, s)| (Packable::Slice, k, s.pack_known()));
             let left: Vec<(Packable, Key)> =
                 services.chain(slices).filter(|(_, _, packed)| !packed).map(|(p, k, _)| (p, k.clone())).collect();
@@ -435,7 +442,7 @@ impl Registry {
         while done < budget {
             let Some((kind, key)) = self.unpacked.pop() else { break };
             let packed = match kind {
-                Packable::Service => self.services.get_mut(&key).is_none_or(Slot::pack),
+                Packable::Service => self.services.get_mut(&key).is_none_or(|s| s.slot.pack()),
                 Packable::Slice => self.slices.get_mut(&key).is_none_or(Slot::pack),
             };
             if !packed {
@@ -519,7 +526,7 @@ impl Registry {
         let objs = self.endpoints_objects();
         let (mut reg, problems) = Registry::restore_inner(
             Registry::new(range, cidrs),
-            self.services.values().map(|s| (Arc::unwrap_or_clone(s.get()), None)).collect(),
+            self.services.values().map(|s| (Arc::unwrap_or_clone(s.slot.get()), None)).collect(),
             objs,
         );
         let known = self.problems();
@@ -571,7 +578,7 @@ impl Registry {
     pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&crate::model::SmallMap> {
         let key = (ns.to_string(), name.to_string());
         match kind {
-            ObjKind::Service => self.services.get(&key).map(Slot::annotations),
+            ObjKind::Service => self.services.get(&key).map(|s| s.slot.annotations()),
             ObjKind::Endpoints => self.endpoints.get(&key).map(|e| &e.metadata.annotations),
             ObjKind::EndpointSlice => self.slices.get(&key).map(Slot::annotations),
             ObjKind::Node => self.nodes.get(name).map(|n| &n.metadata.annotations),
@@ -587,7 +594,7 @@ impl Registry {
     ) -> BTreeSet<(String, String)> {
         match kind {
             ObjKind::Service => {
-                self.services.iter().filter(|(_, s)| pred(s.annotations())).map(|(k, _)| k.clone()).collect()
+                self.services.iter().filter(|(_, s)| pred(s.slot.annotations())).map(|(k, _)| k.clone()).collect()
             }
             ObjKind::Endpoints => {
                 self.endpoints.iter().filter(|(_, e)| pred(&e.metadata.annotations)).map(|(k, _)| k.clone()).collect()
@@ -669,12 +676,12 @@ impl Registry {
     /// A stored Service: shared when it is still typed (just written or restored; as
     /// the data plane worker's requests share it), else decoded.
     pub fn service(&self, ns: &str, name: &str) -> Option<Arc<Service>> {
-        self.services.get(&(ns.to_string(), name.to_string())).map(Slot::get)
+        self.services.get(&(ns.to_string(), name.to_string())).map(|s| s.slot.get())
     }
 
     /// Every service as [`Registry::service`] gives it, sorted by namespace and name.
     pub fn services(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
-        self.services.values().map(Slot::get)
+        self.services.values().map(|s| s.slot.get())
     }
 
     /// Up to `n` Services after `after` (from the first when `None`), sorted by
@@ -683,13 +690,13 @@ impl Registry {
     pub fn services_after(&self, after: Option<&Key>, n: usize) -> Vec<(Key, Arc<Service>)> {
         use std::ops::Bound;
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.get())).collect()
+        self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.slot.get())).collect()
     }
 
     /// The Services that carry a `healthCheckNodePort` (and, rarely, a few that do not),
     /// sorted by namespace and name; only these are decoded.
     pub fn services_with_health_port(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
-        self.services.values().filter(|s| s.may_have_health_check_node_port()).map(Slot::get)
+        self.services.values().filter(|s| s.slot.may_have_health_check_node_port()).map(|s| s.slot.get())
     }
 
     /// Sorted by namespace, then name; every namespace when `ns` is `None`.
@@ -697,7 +704,7 @@ impl Registry {
         self.services
             .iter()
             .filter(|((n, _), _)| ns.is_none_or(|want| want == n))
-            .map(|(_, s)| Arc::unwrap_or_clone(s.get()))
+            .map(|(_, s)| Arc::unwrap_or_clone(s.slot.get()))
             .collect()
     }
 
@@ -745,7 +752,7 @@ impl Registry {
             .as_ref()
             .map(|s| s.load_balancer.ingress.clone())
             .filter(|i| !i.is_empty() && svc.service_type() == ServiceType::LoadBalancer);
-        let old = self.services.get(&key).map(|s| Arc::unwrap_or_clone(s.get()));
+        let old = self.services.get(&key).map(|s| Arc::unwrap_or_clone(s.slot.get()));
         let prev = self.held_by(&key);
         let mut taken = Taken::default();
         let held = match self.plan_service(&mut svc, old.as_ref(), &prev, &mut taken) {

@@ -40,8 +40,8 @@ impl Registry {
         };
         for s in self.services.values() {
             // Only objects the applier annotated are read whole.
-            if s.annotations().get(APPLIED_BY) == Some(applier) {
-                let s = s.get();
+            if s.slot.annotations().get(APPLIED_BY) == Some(applier) {
+                let s = s.slot.get();
                 consider("Service", &s.metadata, s.namespace());
             }
         }

@@ -131,17 +131,15 @@ impl Registry {
             Some(Change::PutService { key, held }) => {
                 if let Object::Service(svc) = &object {
                     // Release by what the stored object holds now, which the prepare saw.
-                    let prev = self.held.get(&key).cloned().unwrap_or_default();
+                    let prev = self.services.get(&key).map(|s| s.held.clone()).unwrap_or_default();
                     self.release(&prev, &held);
-                    self.held.insert(key.clone(), held);
                     self.problems.retain(|(k, _)| *k != key);
-                    self.put_service(key, svc.clone(), p.text.take());
+                    self.put_service(key, svc.clone(), p.text.take(), held);
                 }
             }
             Some(Change::DeleteService { key }) => {
-                self.services.remove(&key);
-                if let Some(h) = self.held.remove(&key) {
-                    self.release(&h, &Held::default());
+                if let Some(s) = self.services.remove(&key) {
+                    self.release(&s.held, &Held::default());
                 }
                 self.problems.retain(|(k, _)| *k != key);
             }
@@ -179,7 +177,7 @@ impl Registry {
         let svc = self
             .services
             .get(&key)
-            .map(|s| Arc::unwrap_or_clone(s.get()))
+            .map(|s| Arc::unwrap_or_clone(s.slot.get()))
             .ok_or_else(|| ApiError::not_found("services", name))?;
         Ok(self.prepared(
             Action::Configured,
