@@ -679,11 +679,6 @@ impl Registry {
         self.services.get(&(ns.to_string(), name.to_string())).map(|s| s.slot.get())
     }
 
-    /// Every service as [`Registry::service`] gives it, sorted by namespace and name.
-    pub fn services(&self) -> impl Iterator<Item = Arc<Service>> + '_ {
-        self.services.values().map(|s| s.slot.get())
-    }
-
     /// Up to `n` Services after `after` (from the first when `None`), sorted by
     /// namespace and name, as [`Registry::service`] gives them: reading every Service in
     /// steps costs one search per step, not one per Service.

@@ -598,7 +598,7 @@ fn restore_gives_a_contested_value_to_the_first_by_name_whatever_the_input_order
         let (r2, problems) = Registry::restore(range(), &v4(), input, vec![]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].starts_with("service default/c:") && problems[0].contains("default/a"), "{problems:?}");
-        let names: Vec<String> = r2.services().map(|s| s.name().to_string()).collect();
+        let names: Vec<String> = r2.list_services(None).iter().map(|s| s.name().to_string()).collect();
         assert_eq!(names, ["a", "b", "c"]);
     }
 }
