@@ -267,7 +267,7 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
 /// in batches, is packed once at its end, not batch by batch.
 const PACK_QUIET: Duration = Duration::from_secs(1);
 /// More than this many waiting are packed without waiting for quiet.
-const PACK_MOST_WAITING: usize = 4096;
+const PACK_MOST_WAITING: usize = 512;
 
 /// Packs what waits, in steps, so that the loop keeps answering (after a start, that is
 /// every object). A sync request in flight keeps what it shares typed.
