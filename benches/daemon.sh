@@ -59,16 +59,7 @@ for n in "${sizes[@]}"; do
     mkdir -p "$dir"
     cfg="$dir/nodeportd.toml"
     sock="$dir/nodeportd.sock"
-    cat >"$cfg" <<EOF
-node_name = "bench-node"
-socket = "$sock"
-state_dir = "$dir/state"
-service_cluster_ip_ranges = ["198.19.0.0/16"]
-nodeport_addresses = ["198.18.0.0/15"]
-table = "nodeportd"
-resync_interval_seconds = 86400
-log_level = "info"
-EOF
+    bench_config "$cfg" "$sock" "$dir/state"
 
     echo "== $n services: loading through the socket" >&2
     mkns "${prefix}-l$n"

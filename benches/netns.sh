@@ -36,6 +36,20 @@ mkns() {
     ip -n "$1" link set "${prefix}b" up
 }
 
+# The benches' daemon config: bench_config FILE SOCKET STATE_DIR.
+bench_config() {
+    cat >"$1" <<EOF
+node_name = "bench-node"
+socket = "$2"
+state_dir = "$3"
+service_cluster_ip_ranges = ["198.19.0.0/16"]
+nodeport_addresses = ["198.18.0.0/15"]
+table = "nodeportd"
+resync_interval_seconds = 86400
+log_level = "info"
+EOF
+}
+
 delns() {
     ip netns del "$1"
     local keep=() ns

@@ -29,18 +29,7 @@ work_prefix=nprest # read by benches/netns.sh
 . "$here/netns.sh"
 
 sock="$work/nodeportd.sock"
-config() { # STATE_DIR
-    cat >"$work/nodeportd.toml" <<EOF
-node_name = "bench-node"
-socket = "$sock"
-state_dir = "$1"
-service_cluster_ip_ranges = ["198.19.0.0/16"]
-nodeport_addresses = ["198.18.0.0/15"]
-table = "nodeportd"
-resync_interval_seconds = 86400
-log_level = "info"
-EOF
-}
+config() { bench_config "$work/nodeportd.toml" "$sock" "$1"; } # STATE_DIR
 ctl() { NODEPORTD_SOCKET="$sock" "$bin" ctl "$@"; }
 start() { # NETNS
     rm -f "$sock"

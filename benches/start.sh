@@ -41,16 +41,7 @@ sock="$work/nodeportd.sock"
 if [ -n "${STATE:-}" ]; then
     cp -a "$STATE" "$work/state"
 fi
-cat >"$cfg" <<EOF
-node_name = "bench-node"
-socket = "$sock"
-state_dir = "$work/state"
-service_cluster_ip_ranges = ["198.19.0.0/16"]
-nodeport_addresses = ["198.18.0.0/15"]
-table = "nodeportd"
-resync_interval_seconds = 86400
-log_level = "info"
-EOF
+bench_config "$cfg" "$sock" "$work/state"
 
 echo "# $("$bin" --version 2>/dev/null || echo "$bin"), kernel $(uname -r), $(nproc) CPUs," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
