@@ -71,7 +71,7 @@ fn main() {
             .map(|(i, s)| {
                 (
                     ("bench".to_string(), s.metadata.name.clone()),
-                    Some(OwnedService { service: std::sync::Arc::new(s.clone()), backends: eps(i, 0) }),
+                    Some(OwnedService { service: std::sync::Arc::new(s.clone()).into(), backends: eps(i, 0) }),
                 )
             })
             .collect();
@@ -90,7 +90,10 @@ fn main() {
         let i = (k * 37) % n;
         let ch = vec![(
             ("bench".to_string(), services[i].metadata.name.clone()),
-            Some(OwnedService { service: std::sync::Arc::new(services[i].clone()), backends: eps(i, 1 + k % 2) }),
+            Some(OwnedService {
+                service: std::sync::Arc::new(services[i].clone()).into(),
+                backends: eps(i, 1 + k % 2),
+            }),
         )];
         let t = Instant::now();
         let planned = p.plan(&node, ch, false);

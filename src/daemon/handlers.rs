@@ -714,17 +714,17 @@ fn store_ops(prepared: &mut [Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
         // A `Value` always prints; `Display` is the slower way to the same text.
         let print = |v: Value| serde_json::to_string(&v).unwrap_or_else(|_| v.to_string()).into_boxed_str();
         let text: Option<Box<str>> = (!p.is_delete()).then(|| print(object_json(p.object())));
+        if let Some(t) = &text {
+            p.set_text(t);
+        }
         let (namespace, name) = p.object().key();
         op_of.push(Some(ops.len()));
         ops.push(OwnedOp {
             kind: store_kind_of(p.object()),
             namespace: namespace.to_string(),
             name: name.to_string(),
-            object: text.clone(),
+            object: text,
         });
-        if let Some(t) = text {
-            p.set_text(t);
-        }
     }
     (ops, op_of)
 }

@@ -16,7 +16,7 @@ use super::Args;
 use crate::api::{self, server};
 use crate::config::Config;
 use crate::model::{EndpointSlice, Endpoints, EndpointsObject, Node, Service};
-use crate::registry::Registry;
+use crate::registry::{Registry, Squeezed};
 use crate::store::{Kind, Store, StoreError, StoredText};
 
 /// Everything the daemon knows.
@@ -83,15 +83,16 @@ impl State {
 }
 
 /// The typed objects the store read back, with their texts where known.
-type Decoded = (Vec<(Service, Option<Box<str>>)>, Vec<(EndpointsObject, Option<Box<str>>)>, Vec<Node>);
+type Decoded = (Vec<(Service, Option<Squeezed>)>, Vec<(EndpointsObject, Option<Squeezed>)>, Vec<Node>);
 
 /// Decodes one file the store read back, as soon as it is read, straight from its text
 /// (only one file's bytes exist at a time); a file that no longer decodes stops the
 /// daemon with its name (it is never overwritten).
 fn decode_stored(o: StoredText<'_>, into: &mut Decoded) -> Result<(), StoreError> {
     let (services, endpoints, nodes) = into;
-    // The registry keeps the text once the first sync has the typed objects ([`Registry::pack`]).
-    let text = || o.object_text().map(Box::from);
+    // The registry keeps the text (squeezed at once: a start holds every object typed
+    // besides) once the first sync has the typed objects ([`Registry::pack`]).
+    let text = || o.object_text().map(Squeezed::new);
     match o.kind {
         Kind::Service => services.push((o.decode::<Service>()?.compacted(), text())),
         Kind::Endpoints => endpoints.push((EndpointsObject::Endpoints(o.decode::<Endpoints>()?.compacted()), None)),

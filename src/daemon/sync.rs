@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::conntrack;
 use crate::dataplane::builder::Input;
 use crate::dataplane::kernel::Netlink;
-use crate::dataplane::plan::{Key, OwnedService};
+use crate::dataplane::plan::{Key, OwnedService, ServiceCopy};
 use crate::dataplane::syncer::{merge, SyncOutcome, SyncRequest, Syncer};
 use crate::led::LedState;
 use crate::nft::{self, Family, NftSocket};
@@ -195,17 +195,24 @@ fn node_input(st: &State) -> Input<'static> {
     }
 }
 
-/// The worker's copy of one stored service.
-fn owned(st: &State, service: std::sync::Arc<crate::model::Service>) -> OwnedService {
+/// The worker's copy of one stored service: a packed one goes as its text (the worker
+/// decodes it), so that a rebuild's request does not hold every Service typed.
+fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
     for p in st.registry.backends(&service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
+    let service = match st.registry.service_text(key) {
+        Some(text) => {
+            ServiceCopy::Text { text, created: service.metadata.creation_timestamp.as_deref().map(Box::from) }
+        }
+        None => ServiceCopy::Typed(service),
+    };
     OwnedService { service, backends }
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.service(&key.0, &key.1).map(|s| owned(st, s))
+    st.registry.service(&key.0, &key.1).map(|s| owned(st, key, s))
 }
 
 /// The batch the state asks for now, if any, with the services to read into it
@@ -232,6 +239,7 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
     const STEP: usize = 256;
     if req.rebuild {
         loop {
+            let read = req.changed.len();
             {
                 let s = st.borrow();
                 let after = req.changed.last().map(|(k, _)| k);
@@ -240,7 +248,15 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
                     return;
                 }
                 for (k, svc) in step {
-                    req.changed.push((k, Some(owned(&s, svc))));
+                    let o = owned(&s, &k, svc);
+                    req.changed.push((k, Some(o)));
+                }
+            }
+            {
+                // Read: the worker's copies are all the rebuild needs of them.
+                let mut s = st.borrow_mut();
+                for (k, _) in &req.changed[read..] {
+                    s.registry.pack_read(&k.0, &k.1);
                 }
             }
             tokio::task::yield_now().await;

@@ -4,24 +4,21 @@
 //! or LoadBalancer ingress IPs unique: two services can both say `198.18.5.5` port 80.
 //! The kernel refuses a map element whose key exists with other data, and it would
 //! refuse the whole transaction, every time, for every service. So each key has one
-//! holder: the service that claimed it first (a full build claims in [`precedence`]
-//! order: the oldest service wins, as after a restart). The others' elements are
-//! withheld, reported as conflicts, and come back when the holder lets the key go.
+//! holder: the service that claimed it first. A full build claims oldest first
+//! (`creationTimestamp`, RFC 3339 in UTC compares as text), then by namespace and name,
+//! so the oldest service wins, as after a restart. The others' elements are withheld,
+//! reported as conflicts, and come back when the holder lets the key go.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::model::Service;
 use crate::nft::ir::{Element, SetName, Value};
 use crate::nft::{packed, render};
 
 use super::ServicePieces;
 
-/// The order in which services claim keys: oldest first (`creationTimestamp`, RFC 3339
-/// in UTC compares as text), then by namespace and name.
-pub fn precedence(svc: &Service) -> (&str, &str, &str) {
-    let created = svc.metadata.creation_timestamp.as_deref().unwrap_or("~");
-    (created, svc.namespace(), svc.name())
-}
+/// What stands for a missing `creationTimestamp` when services claim keys: it sorts
+/// after every time.
+pub const NOT_CREATED: &str = "~";
 
 /// One withheld element: `key` of map `map` is held by `holder`.
 #[derive(Debug, Clone, PartialEq, Eq)]

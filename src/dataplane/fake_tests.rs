@@ -40,15 +40,18 @@ fn batches() -> Vec<(&'static str, Vec<Op>, Option<i32>)> {
     let all = inputs()
         .map(|i| {
             let key = (i.service.namespace().to_string(), i.service.name().to_string());
-            (key, Some(OwnedService { service: std::sync::Arc::new(i.service.clone()), backends: i.backends }))
+            (key, Some(OwnedService { service: std::sync::Arc::new(i.service.clone()).into(), backends: i.backends }))
         })
         .collect();
     p.plan(&input(vec![]), all, true);
     let web = svc(CASES.iter().find(|c| c.name == "nodeport").expect("the nodeport case").service);
     let key = (web.namespace().to_string(), web.name().to_string());
     let backends = ports(&[("", &["198.18.2.99:8080 ready"])]);
-    let planned =
-        p.plan(&input(vec![]), vec![(key, Some(OwnedService { service: std::sync::Arc::new(web), backends }))], false);
+    let planned = p.plan(
+        &input(vec![]),
+        vec![(key, Some(OwnedService { service: std::sync::Arc::new(web).into(), backends }))],
+        false,
+    );
     let Change::Partial { before, after } = planned.change else { panic!("a partial change") };
     let Plan::Partial(incremental) = partial_sync_ops(&before, &after).unwrap() else { panic!("partial ops") };
 

@@ -21,6 +21,7 @@ use crate::model::{Backend, Protocol, Service, ServiceType};
 use crate::nft::ir::{Chain, Element, Rule, Ruleset, Set, SetName};
 use crate::nft::packed;
 use crate::nft::sync::Part;
+use crate::registry::Squeezed;
 
 use super::builder::{build_service, build_skeleton, Input, ServiceInput, ServicePieces};
 use super::claims::{self, Claims};
@@ -32,10 +33,46 @@ pub type Key = (String, String);
 /// A service and its backends per port name, owned (sent to the data plane worker).
 #[derive(Debug, Clone)]
 pub struct OwnedService {
-    /// The registry's copy, shared.
-    pub service: Arc<Service>,
+    pub service: ServiceCopy,
     /// Backends per service port, keyed by the port's name (`""` for an unnamed port).
     pub backends: BTreeMap<String, Vec<Backend>>,
+}
+
+/// The registry's copy of a Service, as a sync request carries it.
+#[derive(Debug, Clone)]
+pub enum ServiceCopy {
+    /// Shared with the registry (a Service just written or restored).
+    Typed(Arc<Service>),
+    /// A packed Service's text, decoded by the worker when it plans the service: a
+    /// rebuild's request then holds ~250 bytes a service rather than a typed copy of
+    /// each (~1.5 KB), and the decoding is not the event loop's. `created`: its
+    /// `creationTimestamp`, which orders claimants before any is decoded.
+    Text { text: Squeezed, created: Option<Box<str>> },
+}
+
+impl From<Arc<Service>> for ServiceCopy {
+    fn from(s: Arc<Service>) -> Self {
+        ServiceCopy::Typed(s)
+    }
+}
+
+impl ServiceCopy {
+    /// The Service (decoded from its text: a new copy each call).
+    pub fn get(&self) -> Arc<Service> {
+        match self {
+            ServiceCopy::Typed(s) => s.clone(),
+            ServiceCopy::Text { text, .. } => Arc::new(text.decode()),
+        }
+    }
+
+    /// As [`claims::precedence`] with the service's key.
+    fn precedence<'a>(&'a self, key: &'a Key) -> (&'a str, &'a str, &'a str) {
+        let created = match self {
+            ServiceCopy::Typed(s) => s.metadata.creation_timestamp.as_deref(),
+            ServiceCopy::Text { created, .. } => created.as_deref(),
+        };
+        (created.unwrap_or(claims::NOT_CREATED), &key.0, &key.1)
+    }
 }
 
 /// What one plan asks of the kernel.
@@ -143,8 +180,7 @@ pub struct Planner {
     skeleton: Option<Ruleset>,
 }
 
-fn udp_ports(svc: &OwnedService) -> BTreeMap<String, UdpPort> {
-    let s = &svc.service;
+fn udp_ports(s: &Service, backends: &BTreeMap<String, Vec<Backend>>) -> BTreeMap<String, UdpPort> {
     if s.service_type() == ServiceType::ExternalName {
         return BTreeMap::new();
     }
@@ -161,8 +197,7 @@ fn udp_ports(svc: &OwnedService) -> BTreeMap<String, UdpPort> {
             let key = p.name.clone().unwrap_or_default();
             let port = u16::try_from(p.port).ok()?;
             let node_port = p.node_port.and_then(|n| u16::try_from(n).ok()).filter(|n| *n != 0);
-            let endpoints = svc
-                .backends
+            let endpoints = backends
                 .get(&key)
                 .into_iter()
                 .flatten()
@@ -239,8 +274,8 @@ impl Planner {
         // Gone services first, then the oldest: a contested key goes to the oldest claimant.
         let mut order: Vec<(Key, Option<OwnedService>)> = changed.into_iter().collect();
         order.sort_by(|(ka, a), (kb, b)| {
-            let pa = a.as_ref().map(|s| claims::precedence(&s.service));
-            let pb = b.as_ref().map(|s| claims::precedence(&s.service));
+            let pa = a.as_ref().map(|s| s.service.precedence(ka));
+            let pb = b.as_ref().map(|s| s.service.precedence(kb));
             pa.cmp(&pb).then_with(|| ka.cmp(kb))
         });
 
@@ -251,7 +286,9 @@ impl Planner {
         let mut stale = Vec::new();
         let mut scratch = Vec::with_capacity(512);
         for (key, svc) in order {
-            let new_udp = svc.as_ref().map(udp_ports).unwrap_or_default();
+            // Decoded here when it came as text, and dropped once planned.
+            let svc = svc.map(|o| (o.service.get(), o.backends));
+            let new_udp = svc.as_ref().map(|(s, b)| udp_ports(s, b)).unwrap_or_default();
             let old = self.pieces.remove_entry(&key);
             if let Some((_, old)) = &old {
                 if let Some(old_udp) = old.udp() {
@@ -262,10 +299,9 @@ impl Planner {
                     before_parts.push(old.unpack(false));
                 }
             }
-            if let Some(mut svc) = svc {
+            if let Some((service, backends)) = svc {
                 let name = old.map_or_else(|| Arc::new(key), |(name, _)| name);
-                let backends = std::mem::take(&mut svc.backends);
-                let mut pieces = build_service(node, &ServiceInput { service: &svc.service, backends });
+                let mut pieces = build_service(node, &ServiceInput { service: &service, backends });
                 self.claims.claim(&name, &mut pieces);
                 if !full {
                     after_parts.push(ServicePieces { shared: Vec::new(), ..pieces.clone() });
@@ -395,7 +431,8 @@ pub fn build(input: &Input) -> Ruleset {
         .iter()
         .map(|s| {
             let key = (s.service.namespace().to_string(), s.service.name().to_string());
-            (key, Some(OwnedService { service: Arc::new(s.service.clone()), backends: s.backends.clone() }))
+            let service = ServiceCopy::Typed(Arc::new(s.service.clone()));
+            (key, Some(OwnedService { service, backends: s.backends.clone() }))
         })
         .collect();
     let mut p = Planner::new();

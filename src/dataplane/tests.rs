@@ -259,6 +259,56 @@ fn a_contested_external_ip_goes_to_the_oldest_service() {
     }
 }
 
+/// A packed Service comes to the planner as its text: every case, and a contested key,
+/// plan the same table as typed copies (the text's `creationTimestamp` orders claimants).
+#[test]
+fn services_as_text_plan_the_same_table_as_typed_ones() {
+    let contested = |name: &str, cip: &str, created: &str| {
+        svc(&format!(
+            r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
+            "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
+            "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
+        ))
+    };
+    let mut all: Vec<(Service, BTreeMap<String, Vec<Backend>>)> =
+        CASES.iter().map(|c| (svc(c.service), ports(c.backends))).collect();
+    all.push((
+        contested("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z"),
+        ports(&[("", &["198.18.2.11:8080 ready"])]),
+    ));
+    all.push((
+        contested("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z"),
+        ports(&[("", &["198.18.2.12:8080 ready"])]),
+    ));
+    let typed = build(&input(all.iter().map(|(s, b)| ServiceInput { service: s, backends: b.clone() }).collect()));
+    // Every other one as text: typed and text copies claim in one order.
+    for parity in [0, 1] {
+        let changed = all
+            .iter()
+            .enumerate()
+            .map(|(i, (s, b))| {
+                let key = (s.namespace().to_string(), s.name().to_string());
+                let service = if i % 2 == parity {
+                    let text = serde_json::to_string(&serde_json::to_value(s).unwrap()).unwrap();
+                    let created = s.metadata.creation_timestamp.as_deref().map(Box::from);
+                    plan::ServiceCopy::Text { text: crate::registry::Squeezed::new(&text), created }
+                } else {
+                    std::sync::Arc::new(s.clone()).into()
+                };
+                (key, Some(plan::OwnedService { service, backends: b.clone() }))
+            })
+            .collect();
+        let mut p = plan::Planner::new();
+        p.plan(&input(vec![]), changed, true);
+        assert_eq!(render(&p.assemble()), render(&typed), "parity {parity}");
+    }
+    let older = typed.elements.iter().flat_map(|(_, els)| els).any(|e| {
+        e.data == Some(ElementData::Values(vec![Value::Addr("198.18.2.11".parse().unwrap()), Value::Port(8080)]))
+            && e.key.first() == Some(&Value::Addr("198.18.3.20".parse().unwrap()))
+    });
+    assert!(older, "the older service holds the contested key");
+}
+
 mod planner {
     use super::*;
     use crate::dataplane::plan::{Change, Key, OwnedService, Planner};
@@ -340,7 +390,7 @@ mod planner {
     }
 
     fn owned(s: &Service, eps: &[&str]) -> OwnedService {
-        OwnedService { service: std::sync::Arc::new(s.clone()), backends: ports(&[("", eps)]) }
+        OwnedService { service: std::sync::Arc::new(s.clone()).into(), backends: ports(&[("", eps)]) }
     }
 
     #[test]
@@ -394,7 +444,7 @@ mod planner {
         for p in &s.spec.ports {
             b.insert(p.name.clone().unwrap_or_default(), eps.iter().map(|e| be(e)).collect());
         }
-        OwnedService { service: std::sync::Arc::new(s.clone()), backends: b }
+        OwnedService { service: std::sync::Arc::new(s.clone()).into(), backends: b }
     }
 
     proptest! {
@@ -424,8 +474,9 @@ mod planner {
                 }
                 sync(&mut p, &mut m, &node, &live, keys);
             }
+            let typed: Vec<_> = live.values().map(|o| (o.service.get(), o.backends.clone())).collect();
             let inputs: Vec<ServiceInput> =
-                live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect();
+                typed.iter().map(|(s, b)| ServiceInput { service: s, backends: b.clone() }).collect();
             let want = build(&input(inputs));
             prop_assert_eq!(Model::of(&want), m);
         }
@@ -459,15 +510,14 @@ mod against_the_fake {
             .iter()
             .map(|c| {
                 let s = svc(c.service);
-                (key(&s), OwnedService { service: std::sync::Arc::new(s), backends: ports(c.backends) })
+                (key(&s), OwnedService { service: std::sync::Arc::new(s).into(), backends: ports(c.backends) })
             })
             .collect()
     }
 
     fn desired(live: &Map<Key, OwnedService>) -> Ruleset {
-        build(&input(
-            live.values().map(|o| ServiceInput { service: &o.service, backends: o.backends.clone() }).collect(),
-        ))
+        let typed: Vec<_> = live.values().map(|o| (o.service.get(), o.backends.clone())).collect();
+        build(&input(typed.iter().map(|(s, b)| ServiceInput { service: s, backends: b.clone() }).collect()))
     }
 
     fn request(live: &Map<Key, OwnedService>, keys: &[Key], rebuild: bool, check: bool) -> SyncRequest {
@@ -678,7 +728,7 @@ mod against_the_fake {
         let eps: Vec<Backend> =
             POOL.iter().enumerate().filter(|(i, _)| mask & (1 << i) != 0).map(|(_, e)| be(e)).collect();
         let backends = s.spec.ports.iter().map(|p| (p.name.clone().unwrap_or_default(), eps.clone())).collect();
-        OwnedService { service: std::sync::Arc::new(s.clone()), backends }
+        OwnedService { service: std::sync::Arc::new(s.clone()).into(), backends }
     }
 
     proptest! {

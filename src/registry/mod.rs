@@ -10,6 +10,7 @@ mod meta;
 mod prune;
 mod service;
 mod slot;
+mod squeeze;
 #[cfg(test)]
 mod tests;
 mod write;
@@ -29,6 +30,7 @@ use slot::Slot;
 
 pub use backends::PortBackends;
 pub use prune::{ObjectRef, APPLIED_BY};
+pub use squeeze::Squeezed;
 pub use write::{Object, Prepared};
 
 /// What the caller supplies for a write: the current time (RFC 3339) and a uid to
@@ -277,16 +279,16 @@ impl Registry {
     pub fn restore_stored(
         range: PortRange,
         cidrs: &[IpNet],
-        services: Vec<(Service, Option<Box<str>>)>,
-        endpoints: Vec<(EndpointsObject, Option<Box<str>>)>,
+        services: Vec<(Service, Option<Squeezed>)>,
+        endpoints: Vec<(EndpointsObject, Option<Squeezed>)>,
     ) -> (Registry, Vec<String>) {
         Registry::restore_inner(Registry::new(range, cidrs), services, endpoints)
     }
 
     fn restore_inner(
         mut reg: Registry,
-        services: Vec<(Service, Option<Box<str>>)>,
-        endpoints: Vec<(EndpointsObject, Option<Box<str>>)>,
+        services: Vec<(Service, Option<Squeezed>)>,
+        endpoints: Vec<(EndpointsObject, Option<Squeezed>)>,
     ) -> (Registry, Vec<String>) {
         // Every object restored is typed: no list of their keys.
         reg.all_unpacked = true;
@@ -416,7 +418,7 @@ impl Registry {
 
     /// Stores a Service typed, to be packed later (`text`: its text, when known), with
     /// what it holds.
-    fn put_service(&mut self, key: Key, svc: Service, text: Option<Box<str>>, held: Held) {
+    fn put_service(&mut self, key: Key, svc: Service, text: Option<Squeezed>, held: Held) {
         if !self.all_unpacked {
             self.unpacked.push((Packable::Service, key.clone()));
         }
@@ -459,6 +461,21 @@ impl Registry {
         more
     }
 
+    /// Packs a Service and its EndpointSlices where their texts are known (O(them)): a
+    /// rebuild that has read them calls this, so that a start never holds every object
+    /// typed and every copy the rebuild makes at once. The rest waits for [`Registry::pack`].
+    pub fn pack_read(&mut self, ns: &str, name: &str) {
+        let key = (ns.to_string(), name.to_string());
+        if let Some(s) = self.services.get_mut(&key) {
+            s.slot.pack_known();
+        }
+        for slice in self.slices_of.get(&key).into_iter().flatten() {
+            if let Some(s) = self.slices.get_mut(&(key.0.clone(), slice.clone())) {
+                s.pack_known();
+            }
+        }
+    }
+
     /// How many objects wait to be packed (some may be gone or packed already).
     pub fn unpacked(&self) -> usize {
         match self.all_unpacked {
@@ -468,7 +485,7 @@ impl Registry {
     }
 
     /// Store a slice, keeping `slices_of` in step.
-    fn put_slice(&mut self, s: EndpointSlice, text: Option<Box<str>>) {
+    fn put_slice(&mut self, s: EndpointSlice, text: Option<Squeezed>) {
         let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
         self.take_slice(&key);
         if let Some(owner) = Self::slice_owner(&s) {
@@ -539,7 +556,7 @@ impl Registry {
         Ok(reg)
     }
 
-    fn endpoints_objects(&self) -> Vec<(EndpointsObject, Option<Box<str>>)> {
+    fn endpoints_objects(&self) -> Vec<(EndpointsObject, Option<Squeezed>)> {
         self.endpoints
             .values()
             .cloned()
@@ -686,6 +703,12 @@ impl Registry {
         use std::ops::Bound;
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
         self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.slot.get())).collect()
+    }
+
+    /// A packed Service's text (`None` while it is typed, or gone): a copy costs less
+    /// than the typed Service, for a reader that can decode it later.
+    pub fn service_text(&self, key: &Key) -> Option<Squeezed> {
+        self.services.get(key)?.slot.text().cloned()
     }
 
     /// The Services that carry a `healthCheckNodePort` (and, rarely, a few that do not),

@@ -3,20 +3,22 @@
 //!
 //! A typed Service with its EndpointSlice is ~3 KB in ~60 heap blocks (a 696-byte
 //! struct, a block per string, a list per port and endpoint). The same objects as text
-//! are ~1.3 KB in two blocks. Every object at rest is text; reading one decodes it,
+//! are ~1.3 KB, and squeezed ([`Squeezed`]: the schema's usual runs as one byte each)
+//! ~0.4 KB, in two blocks. Every object at rest is text; reading one decodes it,
 //! which costs O(that object) where a reader needs it (a `get`, a change's sync, a
 //! rebuild). The typed form stays while it is shared (`Arc`) with a sync request in
 //! flight, so the data plane's batches never wait for a decode.
 //!
 //! An object usually comes with its text: as written to its state file (an apply) or
-//! read from it (a restore). Packing it then only drops the typed form, whoever else
-//! still holds it, with nothing to print.
+//! read from it (a restore), squeezed as it comes. Packing it then only drops the typed
+//! form, whoever else still holds it, with nothing to print.
 
 use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::squeeze::Squeezed;
 use crate::model::{ObjectMeta, SmallMap};
 
 static NO_ANNOTATIONS: SmallMap = SmallMap::new();
@@ -24,11 +26,11 @@ static NO_ANNOTATIONS: SmallMap = SmallMap::new();
 #[derive(Debug, Clone)]
 pub(super) enum Slot<T> {
     /// With the object's text when it is known already.
-    Typed(Arc<T>, Option<Box<str>>),
+    Typed(Arc<T>, Option<Squeezed>),
     /// The text and, read out of it, the annotations (boxed: most objects have none),
     /// which selections by owner or applier (`apply --prune`, cluster mode's mirror) test
     /// on every object.
-    Text(Box<str>, Option<Box<SmallMap>>),
+    Text(Squeezed, Option<Box<SmallMap>>),
 }
 
 /// The stored kinds that carry `metadata`.
@@ -50,7 +52,7 @@ impl Meta for crate::model::EndpointSlice {
 
 impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
     /// `text`: the object's text, if known; it must read back as the object.
-    pub(super) fn new(value: T, text: Option<Box<str>>) -> Slot<T> {
+    pub(super) fn new(value: T, text: Option<Squeezed>) -> Slot<T> {
         Slot::Typed(Arc::new(value), text)
     }
 
@@ -58,7 +60,15 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
     pub(super) fn get(&self) -> Arc<T> {
         match self {
             Slot::Typed(t, _) => t.clone(),
-            Slot::Text(s, _) => Arc::new(decode(s)),
+            Slot::Text(s, _) => Arc::new(s.decode()),
+        }
+    }
+
+    /// The text, when packed.
+    pub(super) fn text(&self) -> Option<&Squeezed> {
+        match self {
+            Slot::Typed(..) => None,
+            Slot::Text(t, _) => Some(t),
         }
     }
 
@@ -97,7 +107,7 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
         // copy of the model's serializers is compiled in (11 KB of mipsel flash).
         match serde_json::to_value(&**t).and_then(|v| serde_json::to_string(&v)) {
             Ok(s) => {
-                *self = Slot::Text(s.into_boxed_str(), annotations);
+                *self = Slot::Text(Squeezed::new(&s), annotations);
                 true
             }
             // Not reachable for the model's types (strings, integers, booleans);
@@ -117,18 +127,9 @@ impl Slot<crate::model::Service> {
     pub(super) fn may_have_health_check_node_port(&self) -> bool {
         match self {
             Slot::Typed(t, _) => t.spec.health_check_node_port.is_some(),
-            Slot::Text(s, _) => s.contains("\"healthCheckNodePort\":"),
+            Slot::Text(s, _) => s.contains("healthCheckNodePort"),
         }
     }
-}
-
-/// The text was printed by [`Slot::pack`] from the same type, so it reads back; should it
-/// not, the error is logged and the type's empty value stands in for it.
-fn decode<T: DeserializeOwned + Default>(text: &str) -> T {
-    serde_json::from_str(text).unwrap_or_else(|e| {
-        log::error!("a packed stored object does not read back ({e}): {text}");
-        T::default()
-    })
 }
 
 #[cfg(test)]
@@ -167,7 +168,7 @@ mod tests {
         drop(held);
         assert!(slot.pack());
         let Slot::Text(text, annotations) = &slot else { panic!("packed: {slot:?}") };
-        assert!(text.len() < 2048, "{} bytes", text.len());
+        assert!(text.bytes() < 1024, "{} bytes", text.bytes());
         assert_eq!(annotations.as_deref(), Some(&svc.metadata.annotations));
         assert_eq!(slot.annotations().get("a"), Some("b"));
         assert_eq!(*slot.get(), svc);
@@ -185,11 +186,11 @@ mod tests {
     fn a_known_text_is_kept_at_once_even_while_shared() {
         let svc: Service = serde_json::from_str(SERVICE).expect("the Service reads");
         let compact = serde_json::to_string(&serde_json::from_str::<serde_json::Value>(SERVICE).unwrap()).unwrap();
-        let mut slot = Slot::new(svc.clone(), Some(compact.clone().into_boxed_str()));
+        let mut slot = Slot::new(svc.clone(), Some(Squeezed::new(&compact)));
         let held = slot.get();
         assert!(slot.pack(), "nothing to print: packed while shared");
         let Slot::Text(text, _) = &slot else { panic!("packed: {slot:?}") };
-        assert_eq!(**text, *compact, "the known text, not a new print");
+        assert_eq!(text.expand().as_deref(), Some(&*compact), "the known text, not a new print");
         assert_eq!(*held, svc, "the shared copy lives on");
         assert_eq!(*slot.get(), svc);
         assert_eq!(slot.annotations().get("a"), Some("b"));
@@ -197,7 +198,7 @@ mod tests {
 
     #[test]
     fn text_that_does_not_read_back_gives_the_empty_object() {
-        let slot: Slot<Service> = Slot::Text("{\"spec\":{\"ports\":7}}".into(), None);
+        let slot: Slot<Service> = Slot::Text(Squeezed::new("{\"spec\":{\"ports\":7}}"), None);
         assert_eq!(*slot.get(), Service::default());
     }
 }

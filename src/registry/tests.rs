@@ -1453,7 +1453,7 @@ fn packed_objects_read_the_same_and_a_shared_one_waits() {
 fn restored_objects_keep_their_file_text_and_pack_while_shared() {
     let with_ns = svc(json!({"metadata": {"name": "a", "namespace": "default"}, "spec": {"ports": [{"port": 80}]}}));
     let no_ns = svc(json!({"metadata": {"name": "b"}, "spec": {"ports": [{"port": 81}]}}));
-    let text = |s: &Service| Some(serde_json::to_string(&serde_json::to_value(s).unwrap()).unwrap().into_boxed_str());
+    let text = |s: &Service| Some(Squeezed::new(&serde_json::to_string(&serde_json::to_value(s).unwrap()).unwrap()));
     let (ta, tb) = (text(&with_ns), text(&no_ns));
     let EndpointsObject::Slice(mut es) =
         slice("a-1", "a", json!({"addressType": "IPv4", "endpoints": [], "ports": []}))
@@ -1461,7 +1461,7 @@ fn restored_objects_keep_their_file_text_and_pack_while_shared() {
         unreachable!()
     };
     es.metadata.namespace = Some("default".into());
-    let ts = Some(serde_json::to_string(&es).unwrap().into_boxed_str());
+    let ts = Some(Squeezed::new(&serde_json::to_string(&es).unwrap()));
     let (mut r, problems) = Registry::restore_stored(
         range(),
         &v4(),

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use super::{Action, EndpointsKind, Held, Key, Registry, Taken};
+use super::{Action, EndpointsKind, Held, Key, Registry, Squeezed, Taken};
 use crate::model::{ApiError, EndpointsObject, Node, Service};
 
 /// Reservations of dropped prepared changes, waiting to be released.
@@ -61,14 +61,14 @@ pub struct Prepared {
     returns: Returns,
     /// The object's text as persisted ([`Prepared::set_text`]): the registry keeps it
     /// once the object is packed, with nothing to print.
-    text: Option<Box<str>>,
+    text: Option<Squeezed>,
 }
 
 impl Prepared {
     /// The object's compact JSON text, as written to the store; it must read back as
     /// [`Prepared::object`].
-    pub fn set_text(&mut self, text: Box<str>) {
-        self.text = Some(text);
+    pub fn set_text(&mut self, text: &str) {
+        self.text = Some(Squeezed::new(text));
     }
 
     /// `Created`, `Configured` or `Unchanged` (a delete reports `Configured`).
