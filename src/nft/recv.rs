@@ -82,20 +82,36 @@ pub enum Source<'a> {
     Script(&'a mut std::collections::VecDeque<Result<Vec<u8>, NftError>>),
 }
 
+/// The room a datagram is read into. The kernel sizes a dump's datagrams by the
+/// largest buffer a reader has passed (up to 32 KiB); reading each datagram's exact
+/// length after a peek with no room (`recv_from_full`) kept them one page, and a set's
+/// dump then took 8× the datagrams, each of which walks the set again from its start
+/// to where the last one stopped (`nft_rhash_walk`): quadratic in the set's size. It is
+/// also one system call a datagram rather than two. Nothing we read is longer (dumps
+/// stop at 32 KiB, acknowledgements are capped, events carry one object); a longer one
+/// would be cut, which [`walk`] refuses.
+const DATAGRAM_ROOM: usize = 64 * 1024;
+
 impl Source<'_> {
-    async fn next(&mut self) -> Result<Vec<u8>, NftError> {
+    /// Reads one datagram into `buf` (cleared first).
+    async fn next(&mut self, buf: &mut Vec<u8>) -> Result<(), NftError> {
+        buf.clear();
+        buf.reserve(DATAGRAM_ROOM);
         let got = match self {
-            Source::Tokio(sock, None) => sock.recv_from_full().await,
-            Source::Tokio(sock, Some(at)) => tokio::time::timeout_at(*at, sock.recv_from_full())
+            Source::Tokio(sock, None) => sock.recv_from(buf).await.map(drop),
+            Source::Tokio(sock, Some(at)) => tokio::time::timeout_at(*at, sock.recv_from(buf))
                 .await
-                .map_err(|_| NftError::Timeout { waiting_for: 0 })?,
-            Source::Blocking(sock) => sock.recv_from_full(),
+                .map_err(|_| NftError::Timeout { waiting_for: 0 })?
+                .map(drop),
+            Source::Blocking(sock) => sock.recv_from(buf, 0).map(drop),
             #[cfg(test)]
             Source::Script(q) => {
-                return q.pop_front().unwrap_or_else(|| Err(NftError::Decode("script ended".into())));
+                let data = q.pop_front().unwrap_or_else(|| Err(NftError::Decode("script ended".into())))?;
+                buf.extend_from_slice(&data);
+                return Ok(());
             }
         };
-        got.map(|(d, _)| d).map_err(|source| NftError::Io { op: "recvmsg", source })
+        got.map_err(|source| NftError::Io { op: "recvmsg", source })
     }
 }
 
@@ -103,9 +119,10 @@ impl Source<'_> {
 /// or fails. Overruns (`ENOBUFS`) are handed to `on` too; other socket errors
 /// end the loop.
 pub async fn receive(mut src: Source<'_>, on: &mut dyn FnMut(Incoming) -> Step) -> Result<(), NftError> {
+    let mut buf = Vec::new();
     loop {
-        let step = match src.next().await {
-            Ok(data) => walk(&data, on)?,
+        let step = match src.next(&mut buf).await {
+            Ok(()) => walk(&buf, on)?,
             Err(NftError::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOBUFS) => on(Incoming::Overrun)?,
             Err(e) => return Err(e),
         };
