@@ -43,7 +43,7 @@ impl Squeezed {
     /// in for it.
     pub fn decode<T: DeserializeOwned + Default>(&self) -> T {
         let Some(text) = self.expand() else {
-            log::error!("a packed stored object does not expand: {self:?}");
+            log::error!("a packed stored object does not expand ({self:?})");
             return T::default();
         };
         serde_json::from_str(&text).unwrap_or_else(|e| {
@@ -71,10 +71,7 @@ impl Squeezed {
 
 impl fmt::Debug for Squeezed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.expand() {
-            Some(t) => write!(f, "Squeezed({t:?})"),
-            None => write!(f, "Squeezed({:?})", String::from_utf8_lossy(&self.0)),
-        }
+        write!(f, "Squeezed({} bytes)", self.0.len())
     }
 }
 
@@ -154,8 +151,8 @@ fn word(b: u8) -> Option<&'static str> {
 /// Where a word may begin: bit `i` of `FIRST[hash(b0, b1, b2)]` is set when word `i`
 /// begins with the bytes `b0 b1 b2` (or others of the same hash: a candidate is still
 /// compared).
-const FIRST: [u64; 256] = {
-    let mut t = [0u64; 256];
+const FIRST: [u64; 64] = {
+    let mut t = [0u64; 64];
     let mut i = 0;
     while i < WORDS.len() {
         let w = WORDS[i].as_bytes();
@@ -171,7 +168,7 @@ fn may_begin(c: u8) -> bool {
 }
 
 const fn hash(b0: u8, b1: u8, b2: u8) -> usize {
-    (b0 as usize * 7 + b1 as usize * 3 + b2 as usize) & 0xFF
+    (b0 as usize * 2 + b1 as usize * 7 + b2 as usize) & 0x3F
 }
 
 /// The text squeezed, allocated at its size (`buf`: scratch space the caller reuses).
