@@ -195,14 +195,16 @@ fn node_input(st: &State) -> Input<'static> {
     }
 }
 
-/// The worker's copy of one stored service: a packed one goes as its text (the worker
-/// decodes it), so that a rebuild's request does not hold every Service typed.
-fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>) -> OwnedService {
+/// The worker's copy of one stored service. In a rebuild a packed one goes as its text
+/// (`as_text`; the worker decodes it), so that the request does not hold every Service
+/// typed at once; a change sends the copy decoded here for its backends.
+fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>, as_text: bool) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
     for p in st.registry.backends(&service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
-    let service = match st.registry.service_text(key) {
+    let text = if as_text { st.registry.service_text(key) } else { None };
+    let service = match text {
         Some(text) => {
             ServiceCopy::Text { text, created: service.metadata.creation_timestamp.as_deref().map(Box::from) }
         }
@@ -212,7 +214,7 @@ fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>) 
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.service(&key.0, &key.1).map(|s| owned(st, key, s))
+    st.registry.service(&key.0, &key.1).map(|s| owned(st, key, s, false))
 }
 
 /// The batch the state asks for now, if any, with the services to read into it
@@ -248,7 +250,7 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
                     return;
                 }
                 for (k, svc) in step {
-                    let o = owned(&s, &k, svc);
+                    let o = owned(&s, &k, svc, true);
                     req.changed.push((k, Some(o)));
                 }
             }

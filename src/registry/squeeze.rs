@@ -78,55 +78,54 @@ impl fmt::Debug for Squeezed {
 /// The first byte of a squeezed text.
 const MARK: u8 = 0xFF;
 
-/// The runs a stored object's text is made of, longest useful first. Each begins with a
+/// The runs a stored object's text is made of (Service, then EndpointSlice), longest
+/// first: the first that matches is the longest. Each begins with a
 /// JSON delimiter, never inside a name or a value, so a word never takes part of
 /// one (a search such as `Slot::may_have_health_check_node_port` still finds names
 /// that are not words). At most 42 (the codes).
 const WORDS: [&str; 42] = [
-    // Service
+    r#"{"endpointslice.kubernetes.io/managed-by":"endpointslice-controller.k8s.io","#,
+    r#"{"addressType":"IPv4","apiVersion":"discovery.k8s.io/v1","endpoints":["#,
+    r#""],"conditions":{"ready":true,"serving":true,"terminating":false}"#,
+    r#","ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack""#,
+    r#"","apiVersion":"discovery.k8s.io/v1","endpoints":["#,
     r#"{"apiVersion":"v1","kind":"Service","metadata":{"#,
-    r#""creationTimestamp":""#,
-    r#"","generation":"#,
-    r#","labels":{"#,
-    r#","name":""#,
+    r#","ipFamilies":["IPv4","IPv6"],"ipFamilyPolicy":""#,
     r#"","namespace":"default","resourceVersion":""#,
-    r#"","namespace":""#,
-    r#"","resourceVersion":""#,
-    r#"","uid":""#,
-    r#""},"spec":{"#,
-    r#""clusterIP":""#,
-    r#"","clusterIPs":[""#,
-    r#""],"externalTrafficPolicy":""#,
+    r#"{"allocateLoadBalancerNodePorts":true,"#,
+    r#"],"kind":"EndpointSlice","metadata":{"#,
+    r#","targetRef":{"kind":"Pod","name":""#,
     r#""internalTrafficPolicy":"Cluster""#,
     r#""internalTrafficPolicy":"Local""#,
-    r#","ipFamilies":["IPv4"],"ipFamilyPolicy":"SingleStack""#,
-    r#","ipFamilies":["IPv4","IPv6"],"ipFamilyPolicy":""#,
-    r#","ports":[{"#,
-    r#"{"name":""#,
-    r#"","nodePort":"#,
-    r#"","port":"#,
-    r#","protocol":"TCP""#,
-    r#","protocol":"UDP""#,
-    r#","targetPort":"#,
-    r#"}],"selector":{"#,
+    r#","status":{"loadBalancer":{}}}"#,
+    r#""kubernetes.io/service-name":""#,
+    r#""],"externalTrafficPolicy":""#,
     r#""sessionAffinity":"None""#,
+    r#","type":"LoadBalancer"}"#,
+    r#""creationTimestamp":""#,
+    r#"","resourceVersion":""#,
     r#","type":"ClusterIP"}"#,
     r#","type":"NodePort"}"#,
-    r#","type":"LoadBalancer"}"#,
-    r#","status":{"loadBalancer":{}}}"#,
-    r#"{"allocateLoadBalancerNodePorts":true,"#,
-    // EndpointSlice
-    r#"{"addressType":"IPv4","apiVersion":"discovery.k8s.io/v1","endpoints":["#,
-    r#"","apiVersion":"discovery.k8s.io/v1","endpoints":["#,
-    r#"{"addresses":[""#,
-    r#""],"conditions":{"ready":true,"serving":true,"terminating":false}"#,
+    r#"","clusterIPs":[""#,
+    r#","protocol":"TCP""#,
+    r#","protocol":"UDP""#,
     r#""],"conditions":{"#,
+    r#"","generation":"#,
+    r#"","namespace":""#,
+    r#"}],"selector":{"#,
+    r#"{"addresses":[""#,
+    r#","targetPort":"#,
+    r#""clusterIP":""#,
+    r#"","nodePort":"#,
     r#","nodeName":""#,
-    r#","targetRef":{"kind":"Pod","name":""#,
-    r#"],"kind":"EndpointSlice","metadata":{"#,
-    r#"{"endpointslice.kubernetes.io/managed-by":"endpointslice-controller.k8s.io","#,
-    r#""kubernetes.io/service-name":""#,
     r#""},"ports":[{"#,
+    r#","labels":{"#,
+    r#""},"spec":{"#,
+    r#","ports":[{"#,
+    r#","name":""#,
+    r#"","uid":""#,
+    r#"{"name":""#,
+    r#"","port":"#,
 ];
 
 /// The code of word `i`.
@@ -162,10 +161,22 @@ const FIRST: [u64; 64] = {
     t
 };
 
-/// Whether a word begins with `c` (all begin with a JSON delimiter).
-fn may_begin(c: u8) -> bool {
-    matches!(c, b'{' | b'"' | b',' | b'}' | b']')
-}
+/// The bytes a run of plain text stops at: those a word may begin with (all begin with a
+/// JSON delimiter), and controls, which compact JSON never holds.
+const STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'{' as usize] = true;
+    t[b'"' as usize] = true;
+    t[b',' as usize] = true;
+    t[b'}' as usize] = true;
+    t[b']' as usize] = true;
+    t
+};
 
 const fn hash(b0: u8, b1: u8, b2: u8) -> usize {
     (b0 as usize * 2 + b1 as usize * 7 + b2 as usize) & 0x3F
@@ -174,35 +185,36 @@ const fn hash(b0: u8, b1: u8, b2: u8) -> usize {
 /// The text squeezed, allocated at its size (`buf`: scratch space the caller reuses).
 fn squeeze(text: &str, buf: &mut Vec<u8>) -> Box<[u8]> {
     let b = text.as_bytes();
-    if b.iter().any(|&c| c < 0x20) {
-        return Box::from(b);
-    }
     buf.clear();
     buf.push(MARK);
     let mut at = 0;
     while at < b.len() {
         // The bytes no word can begin with go as they are, a run at a time.
-        let run = b[at..].iter().position(|&c| may_begin(c)).unwrap_or(b.len() - at);
+        let run = b[at..].iter().position(|&c| STOP[usize::from(c)]).unwrap_or(b.len() - at);
         buf.extend_from_slice(&b[at..at + run]);
         at += run;
+        if b.get(at).is_some_and(|&c| c < 0x20) || at + 3 > b.len() && b[at..].iter().any(|&c| c < 0x20) {
+            // Not compact JSON: kept as it is.
+            return Box::from(b);
+        }
         let (Some(&c), Some(&d), Some(&e)) = (b.get(at), b.get(at + 1), b.get(at + 2)) else {
             buf.extend_from_slice(&b[at..]);
             break;
         };
-        let mut best: Option<(usize, usize)> = None; // (length, word)
         let mut candidates = FIRST[hash(c, d, e)];
+        let mut found = None;
         while candidates != 0 {
             let i = candidates.trailing_zeros() as usize;
             candidates &= candidates - 1;
-            let w = WORDS[i].as_bytes();
-            if b[at..].starts_with(w) && best.is_none_or(|(len, _)| w.len() > len) {
-                best = Some((w.len(), i));
+            if b[at..].starts_with(WORDS[i].as_bytes()) {
+                found = Some(i);
+                break;
             }
         }
-        match best {
-            Some((len, i)) => {
+        match found {
+            Some(i) => {
                 buf.push(code(i));
-                at += len;
+                at += WORDS[i].len();
             }
             None => {
                 buf.push(c);
@@ -235,6 +247,7 @@ mod tests {
     #[test]
     fn the_words_fit_their_codes_and_none_is_a_prefix_of_the_mark() {
         assert!(WORDS.len() <= 0x20 + (0xFE - 0xF5 + 1));
+        assert!(WORDS.windows(2).all(|w| w[0].len() >= w[1].len()), "longest first: the first match is the longest");
         for (i, w) in WORDS.iter().enumerate() {
             assert_eq!(word(code(i)), Some(*w));
             assert!(w.len() > 2, "word {i} saves too little: {w}");
@@ -256,6 +269,8 @@ mod tests {
             r#"{"metadata":{"name":"café ☕ 𝄞","labels":{"ünï":"\u0001\n"}}}"#,
             "{\"not\":\n\"compact\"}",
             "\u{1}\u{1f}",
+            "{}\n",
+            "{\"a\":1}\t",
             r#","name":"","name":""#,
         ] {
             let s = squeeze(text, &mut buf);
