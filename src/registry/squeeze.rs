@@ -299,4 +299,32 @@ mod tests {
         assert!(s.contains("healthCheckNodePort"));
         assert!(!s.contains("nodePort"), "inside a word");
     }
+
+    mod prop {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        /// Pieces texts are made of: the words themselves, parts of them, delimiters,
+        /// multi-byte characters and controls.
+        fn piece() -> impl Strategy<Value = String> {
+            prop_oneof![
+                (0..WORDS.len()).prop_map(|i| WORDS[i].to_string()),
+                (0..WORDS.len(), 1usize..8).prop_map(|(i, cut)| WORDS[i][..WORDS[i].len().min(cut)].to_string()),
+                "[a-z0-9\\{}\\[\\]\":,.-]{0,6}",
+                "[é☕𝄞\\u{80}-\\u{7ff}]{1,2}",
+                "[\\x00-\\x1f]",
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn any_text_reads_back(pieces in proptest::collection::vec(piece(), 0..40)) {
+                let text: String = pieces.concat();
+                let s = Squeezed::new(&text);
+                let back = s.expand();
+                prop_assert_eq!(back.as_deref(), Some(text.as_str()));
+                prop_assert!(s.bytes() <= text.len() + 1);
+            }
+        }
+    }
 }
