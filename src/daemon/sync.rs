@@ -25,6 +25,7 @@ use crate::dataplane::plan::{Key, OwnedService, ServiceCopy};
 use crate::dataplane::syncer::{merge, SyncOutcome, SyncRequest, Syncer};
 use crate::led::LedState;
 use crate::nft::{self, Family, NftSocket};
+use crate::registry::Squeezed;
 
 /// `status.dataplane`.
 #[derive(Debug, Clone, Default)]
@@ -196,14 +197,13 @@ fn node_input(st: &State) -> Input<'static> {
 }
 
 /// The worker's copy of one stored service. In a rebuild a packed one goes as its text
-/// (`as_text`; the worker decodes it), so that the request does not hold every Service
+/// (`text`; the worker decodes it), so that the request does not hold every Service
 /// typed at once; a change sends the copy decoded here for its backends.
-fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>, as_text: bool) -> OwnedService {
+fn owned(st: &State, service: std::sync::Arc<crate::model::Service>, text: Option<Squeezed>) -> OwnedService {
     let mut backends: BTreeMap<String, Vec<crate::model::Backend>> = BTreeMap::new();
     for p in st.registry.backends(&service) {
         backends.entry(p.name.unwrap_or_default()).or_default().extend(p.backends);
     }
-    let text = if as_text { st.registry.service_text(key) } else { None };
     let service = match text {
         Some(text) => {
             ServiceCopy::Text { text, created: service.metadata.creation_timestamp.as_deref().map(Box::from) }
@@ -214,7 +214,7 @@ fn owned(st: &State, key: &Key, service: std::sync::Arc<crate::model::Service>, 
 }
 
 fn owned_by_key(st: &State, key: &Key) -> Option<OwnedService> {
-    st.registry.service(&key.0, &key.1).map(|s| owned(st, key, s, false))
+    st.registry.service(&key.0, &key.1).map(|s| owned(st, s, None))
 }
 
 /// The batch the state asks for now, if any, with the services to read into it
@@ -249,8 +249,8 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
                 if step.is_empty() {
                     return;
                 }
-                for (k, svc) in step {
-                    let o = owned(&s, &k, svc, true);
+                for (k, svc, text) in step {
+                    let o = owned(&s, svc, text);
                     req.changed.push((k, Some(o)));
                 }
             }
@@ -258,7 +258,7 @@ async fn read_services(st: &Rc<RefCell<State>>, req: &mut SyncRequest, keys: Vec
                 // Read: the worker's copies are all the rebuild needs of them.
                 let mut s = st.borrow_mut();
                 for (k, _) in &req.changed[read..] {
-                    s.registry.pack_read(&k.0, &k.1);
+                    s.registry.pack_read(k);
                 }
             }
             tokio::task::yield_now().await;

@@ -464,12 +464,11 @@ impl Registry {
     /// Packs a Service and its EndpointSlices where their texts are known (O(them)): a
     /// rebuild that has read them calls this, so that a start never holds every object
     /// typed and every copy the rebuild makes at once. The rest waits for [`Registry::pack`].
-    pub fn pack_read(&mut self, ns: &str, name: &str) {
-        let key = (ns.to_string(), name.to_string());
-        if let Some(s) = self.services.get_mut(&key) {
+    pub fn pack_read(&mut self, key: &Key) {
+        if let Some(s) = self.services.get_mut(key) {
             s.slot.pack_known();
         }
-        for slice in self.slices_of.get(&key).into_iter().flatten() {
+        for slice in self.slices_of.get(key).into_iter().flatten() {
             if let Some(s) = self.slices.get_mut(&(key.0.clone(), slice.clone())) {
                 s.pack_known();
             }
@@ -697,18 +696,18 @@ impl Registry {
     }
 
     /// Up to `n` Services after `after` (from the first when `None`), sorted by
-    /// namespace and name, as [`Registry::service`] gives them: reading every Service in
-    /// steps costs one search per step, not one per Service.
-    pub fn services_after(&self, after: Option<&Key>, n: usize) -> Vec<(Key, Arc<Service>)> {
+    /// namespace and name, as [`Registry::service`] gives them, with the text of those
+    /// that are packed (a copy costs less than the typed Service, for a reader that can
+    /// decode it later): reading every Service in steps costs one search per step, not
+    /// one per Service.
+    pub fn services_after(&self, after: Option<&Key>, n: usize) -> Vec<(Key, Arc<Service>, Option<Squeezed>)> {
         use std::ops::Bound;
         let from = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.services.range((from, Bound::Unbounded)).take(n).map(|(k, s)| (k.clone(), s.slot.get())).collect()
-    }
-
-    /// A packed Service's text (`None` while it is typed, or gone): a copy costs less
-    /// than the typed Service, for a reader that can decode it later.
-    pub fn service_text(&self, key: &Key) -> Option<Squeezed> {
-        self.services.get(key)?.slot.text().cloned()
+        self.services
+            .range((from, Bound::Unbounded))
+            .take(n)
+            .map(|(k, s)| (k.clone(), s.slot.get(), s.slot.text().cloned()))
+            .collect()
     }
 
     /// The Services that carry a `healthCheckNodePort` (and, rarely, a few that do not),

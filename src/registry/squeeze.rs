@@ -147,15 +147,15 @@ fn word(b: u8) -> Option<&'static str> {
     }
 }
 
-/// Where a word may begin: bit `i` of `FIRST[hash(b0, b1, b2)]` is set when word `i`
-/// begins with the bytes `b0 b1 b2` (or others of the same hash: a candidate is still
-/// compared).
+/// Where a word may begin: bit `i` of `FIRST[hash(b0, b1, b2, b3)]` is set when word `i`
+/// begins with the bytes `b0 b1 b2 b3` (or others of the same hash: a candidate is still
+/// compared). Four bytes tell apart the words that begin with `","`.
 const FIRST: [u64; 64] = {
     let mut t = [0u64; 64];
     let mut i = 0;
     while i < WORDS.len() {
         let w = WORDS[i].as_bytes();
-        t[hash(w[0], w[1], w[2])] |= 1 << i;
+        t[hash(w[0], w[1], w[2], w[3])] |= 1 << i;
         i += 1;
     }
     t
@@ -178,8 +178,8 @@ const STOP: [bool; 256] = {
     t
 };
 
-const fn hash(b0: u8, b1: u8, b2: u8) -> usize {
-    (b0 as usize * 2 + b1 as usize * 7 + b2 as usize) & 0x3F
+const fn hash(b0: u8, b1: u8, b2: u8, b3: u8) -> usize {
+    (b0 as usize + b1 as usize + b2 as usize * 3 + b3 as usize) & 0x3F
 }
 
 /// The text squeezed, allocated at its size (`buf`: scratch space the caller reuses).
@@ -193,15 +193,15 @@ fn squeeze(text: &str, buf: &mut Vec<u8>) -> Box<[u8]> {
         let run = b[at..].iter().position(|&c| STOP[usize::from(c)]).unwrap_or(b.len() - at);
         buf.extend_from_slice(&b[at..at + run]);
         at += run;
-        if b.get(at).is_some_and(|&c| c < 0x20) || at + 3 > b.len() && b[at..].iter().any(|&c| c < 0x20) {
+        if b.get(at).is_some_and(|&c| c < 0x20) || at + 4 > b.len() && b[at..].iter().any(|&c| c < 0x20) {
             // Not compact JSON: kept as it is.
             return Box::from(b);
         }
-        let (Some(&c), Some(&d), Some(&e)) = (b.get(at), b.get(at + 1), b.get(at + 2)) else {
+        let Some(&[c, d, e, f]) = b.get(at..at + 4) else {
             buf.extend_from_slice(&b[at..]);
             break;
         };
-        let mut candidates = FIRST[hash(c, d, e)];
+        let mut candidates = FIRST[hash(c, d, e, f)];
         let mut found = None;
         while candidates != 0 {
             let i = candidates.trailing_zeros() as usize;
@@ -250,7 +250,7 @@ mod tests {
         assert!(WORDS.windows(2).all(|w| w[0].len() >= w[1].len()), "longest first: the first match is the longest");
         for (i, w) in WORDS.iter().enumerate() {
             assert_eq!(word(code(i)), Some(*w));
-            assert!(w.len() > 2, "word {i} saves too little: {w}");
+            assert!(w.len() > 3, "word {i} saves too little: {w}");
             assert!(matches!(w.as_bytes()[0], b'{' | b'"' | b',' | b'}' | b']'), "word {i} begins a token: {w}");
             assert_eq!(WORDS.iter().filter(|x| *x == w).count(), 1, "word {i} twice: {w}");
         }

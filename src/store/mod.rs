@@ -499,35 +499,31 @@ fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
 
 /// Reads one state file as text; `buf` is reused from file to file.
 fn read_text<'b>(file: &Path, buf: &'b mut Vec<u8>) -> Result<&'b str, StoreError> {
-    buf.clear();
-    read_all(file, buf).map_err(|e| io_err(file, "cannot read state file", e))?;
+    let len = read_all(file, buf).map_err(|e| io_err(file, "cannot read state file", e))?;
     // One UTF-8 check of the file, then a parse that need not check every string again.
-    std::str::from_utf8(buf).map_err(|e| corrupt(file, &format_args!("not UTF-8: {e}")))
+    std::str::from_utf8(&buf[..len]).map_err(|e| corrupt(file, &format_args!("not UTF-8: {e}")))
 }
 
-/// Reads a whole file into `buf` with plain reads: `read_to_end` first asks the file's
-/// size and position (two more system calls a file, at start one per stored object).
-fn read_all(file: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+/// Reads a whole file into `buf` with plain reads, and gives its length: the file is
+/// `buf[..len]`. `read_to_end` first asks the file's size and position (two more system
+/// calls a file, at start one per stored object). `buf` is never shortened, so its bytes
+/// are zeroed once, when it grows, not for every file.
+fn read_all(file: &Path, buf: &mut Vec<u8>) -> std::io::Result<usize> {
     use std::io::{ErrorKind, Read};
     const STEP: usize = 4096;
     let mut f = File::open(file)?;
-    let mut len = buf.len();
+    let mut len = 0;
     loop {
         if buf.len() < len + STEP {
             buf.resize(len + STEP, 0);
         }
         match f.read(&mut buf[len..]) {
-            Ok(0) => break,
+            Ok(0) => return Ok(len),
             Ok(n) => len += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => {
-                buf.truncate(len);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         }
     }
-    buf.truncate(len);
-    Ok(())
 }
 
 fn corrupt(file: &Path, e: &dyn std::fmt::Display) -> StoreError {
@@ -632,13 +628,13 @@ mod tests {
     fn read_all_reads_whole_files_of_any_length_into_one_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let mut buf = b"left over".to_vec();
-        for len in [0usize, 1, 4095, 4096, 4097, 70_001] {
+        // Longer, shorter, then longer again than the buffer already is.
+        for len in [0usize, 1, 4095, 70_001, 4096, 4097, 100, 80_000] {
             let f = dir.path().join(format!("{len}"));
-            let data: Vec<u8> = (0..len).map(|i| u8::try_from(i % 251).unwrap()).collect();
+            let data: Vec<u8> = (0..len).map(|i| u8::try_from((i + len) % 251).unwrap()).collect();
             fs::write(&f, &data).unwrap();
-            buf.clear();
-            read_all(&f, &mut buf).unwrap();
-            assert_eq!(buf, data, "{len} bytes");
+            let n = read_all(&f, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &data[..], "{len} bytes");
         }
         let e = read_all(&dir.path().join("absent"), &mut buf).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
