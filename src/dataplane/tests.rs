@@ -222,19 +222,21 @@ fn input_comes_from_the_config_and_registry_shaped_ports() {
     assert_eq!(si.backends[""].len(), 1);
 }
 
+/// A ClusterIP service with externalIP 198.18.3.20 port 80, created at `created`.
+fn with_contested_ip(name: &str, cip: &str, created: &str) -> Service {
+    svc(&format!(
+        r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
+        "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
+        "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
+    ))
+}
+
 /// Two services with the same externalIP and port: one map element, for the older one,
 /// whatever order they come in (the kernel would refuse two).
 #[test]
 fn a_contested_external_ip_goes_to_the_oldest_service() {
-    let mk = |name: &str, cip: &str, created: &str| {
-        svc(&format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
-            "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
-            "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
-        ))
-    };
-    let older = mk("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z");
-    let newer = mk("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z");
+    let older = with_contested_ip("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z");
+    let newer = with_contested_ip("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z");
     for order in [[&older, &newer], [&newer, &older]] {
         let backends = |s: &Service| {
             let ep = if s.name() == "zz-older" { "198.18.2.11:8080 ready" } else { "198.18.2.12:8080 ready" };
@@ -263,21 +265,14 @@ fn a_contested_external_ip_goes_to_the_oldest_service() {
 /// plan the same table as typed copies (the text's `creationTimestamp` orders claimants).
 #[test]
 fn services_as_text_plan_the_same_table_as_typed_ones() {
-    let contested = |name: &str, cip: &str, created: &str| {
-        svc(&format!(
-            r#"{{"metadata":{{"name":"{name}","namespace":"default","creationTimestamp":"{created}"}},
-            "spec":{{"type":"ClusterIP","clusterIP":"{cip}","clusterIPs":["{cip}"],"externalIPs":["198.18.3.20"],
-            "ports":[{{"port":80,"targetPort":8080,"protocol":"TCP"}}]}}}}"#
-        ))
-    };
     let mut all: Vec<(Service, BTreeMap<String, Vec<Backend>>)> =
         CASES.iter().map(|c| (svc(c.service), ports(c.backends))).collect();
     all.push((
-        contested("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z"),
+        with_contested_ip("zz-older", "198.19.0.31", "2026-01-01T00:00:00Z"),
         ports(&[("", &["198.18.2.11:8080 ready"])]),
     ));
     all.push((
-        contested("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z"),
+        with_contested_ip("aa-newer", "198.19.0.32", "2026-02-01T00:00:00Z"),
         ports(&[("", &["198.18.2.12:8080 ready"])]),
     ));
     let typed = build(&input(all.iter().map(|(s, b)| ServiceInput { service: s, backends: b.clone() }).collect()));
