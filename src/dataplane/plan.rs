@@ -65,7 +65,9 @@ impl ServiceCopy {
         }
     }
 
-    /// As [`claims::precedence`] with the service's key.
+    /// Where the service claims contested keys: oldest first (`creationTimestamp`, RFC
+    /// 3339 in UTC compares as text; [`claims::NOT_CREATED`] when it has none), then by
+    /// namespace and name.
     fn precedence<'a>(&'a self, key: &'a Key) -> (&'a str, &'a str, &'a str) {
         let created = match self {
             ServiceCopy::Typed(s) => s.metadata.creation_timestamp.as_deref(),

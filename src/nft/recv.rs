@@ -94,7 +94,6 @@ const DATAGRAM_ROOM: usize = 64 * 1024;
 
 impl Source<'_> {
     /// Reads one datagram into `buf` (cleared first).
-    #[inline(never)]
     async fn next(&mut self, buf: &mut Vec<u8>) -> Result<(), NftError> {
         buf.clear();
         buf.reserve(DATAGRAM_ROOM);

@@ -78,11 +78,11 @@ impl fmt::Debug for Squeezed {
 /// The first byte of a squeezed text.
 const MARK: u8 = 0xFF;
 
-/// The runs a stored object's text is made of (Service, then EndpointSlice), longest
-/// first: the first that matches is the longest. Each begins with a
-/// JSON delimiter, never inside a name or a value, so a word never takes part of
-/// one (a search such as `Slot::may_have_health_check_node_port` still finds names
-/// that are not words). At most 42 (the codes).
+/// The runs the texts of Services and EndpointSlices are made of, longest first: the
+/// first that matches is the longest. Each begins with a JSON delimiter, never inside a
+/// name or a value, so a word never takes part of one (a search such as
+/// `Slot::may_have_health_check_node_port` still finds names that are not words). At
+/// most 42 (the codes).
 const WORDS: [&str; 42] = [
     r#"{"endpointslice.kubernetes.io/managed-by":"endpointslice-controller.k8s.io","#,
     r#"{"addressType":"IPv4","apiVersion":"discovery.k8s.io/v1","endpoints":["#,
@@ -193,14 +193,18 @@ fn squeeze(text: &str, buf: &mut Vec<u8>) -> Box<[u8]> {
         let run = b[at..].iter().position(|&c| STOP[usize::from(c)]).unwrap_or(b.len() - at);
         buf.extend_from_slice(&b[at..at + run]);
         at += run;
-        if b.get(at).is_some_and(|&c| c < 0x20) || at + 4 > b.len() && b[at..].iter().any(|&c| c < 0x20) {
-            // Not compact JSON: kept as it is.
-            return Box::from(b);
-        }
+        // A run stops at a control (not compact JSON: the text is kept as it is) or at a
+        // delimiter; fewer than four bytes left begin no word.
         let Some(&[c, d, e, f]) = b.get(at..at + 4) else {
+            if b[at..].iter().any(|&c| c < 0x20) {
+                return Box::from(b);
+            }
             buf.extend_from_slice(&b[at..]);
             break;
         };
+        if c < 0x20 {
+            return Box::from(b);
+        }
         let mut candidates = FIRST[hash(c, d, e, f)];
         let mut found = None;
         while candidates != 0 {
