@@ -256,12 +256,11 @@ impl Store {
         for kind in Kind::ALL {
             let kdir = root.join(kind.dir());
             fs::create_dir_all(&kdir).map_err(|e| io_err(&kdir, "cannot create directory", e))?;
-            let mut namespaces: Vec<PathBuf> = read_dir_sorted(&kdir)?;
-            namespaces.retain(|p| p.is_dir());
-            for nsdir in namespaces {
-                let namespace = if kind == Kind::Node { String::new() } else { file_name(&nsdir) };
-                for file in read_dir_sorted(&nsdir)? {
-                    let fname = file_name(&file);
+            let mut namespaces = read_dir_sorted(&kdir)?;
+            namespaces.retain(|(_, p)| p.is_dir());
+            for (ns_name, nsdir) in namespaces {
+                let namespace = if kind == Kind::Node { String::new() } else { ns_name };
+                for (fname, file) in read_dir_sorted(&nsdir)? {
                     if fname.starts_with('.') && fname.ends_with(".tmp") {
                         // A write that never reached its rename: the old file (if any) is intact.
                         let _ = fs::remove_file(&file);
@@ -482,18 +481,16 @@ pub fn lock_state_dir(state_dir: &Path) -> Result<StateLock, StoreError> {
     Ok(StateLock { _file: file })
 }
 
-fn file_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-}
-
-fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+/// The entries of one directory, by name, with their names: the names are read once and
+/// compared as they are (sorting the paths split both into components for every
+/// comparison: ~2 % of a start's instructions on a router).
+fn read_dir_sorted(dir: &Path) -> Result<Vec<(String, PathBuf)>, StoreError> {
     let mut v = Vec::new();
     for ent in fs::read_dir(dir).map_err(|e| io_err(dir, "cannot read directory", e))? {
-        v.push(ent.map_err(|e| io_err(dir, "cannot read directory", e))?.path());
+        let ent = ent.map_err(|e| io_err(dir, "cannot read directory", e))?;
+        v.push((ent.file_name().to_string_lossy().into_owned(), ent.path()));
     }
-    // One directory: its names decide the order (the same as `Path`'s, without
-    // splitting every path into components for every comparison).
-    v.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    v.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(v)
 }
 
