@@ -368,7 +368,7 @@ start_guest() {
 	log "booting $(basename "$KERNEL") ($KVER)"
 	BOOT_T0=$(date +%s.%N)
 	# timeout: a guest must never outlive a CI job, whatever happens to us.
-	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" -m "$GUEST_MEM" -smp 1 \
+	timeout -k 10 3000 "$QEMU_BIN" "${QEMU_OPTS[@]}" ${NP_QEMU_PLUGIN:+-plugin "$NP_QEMU_PLUGIN"} -m "$GUEST_MEM" -smp 1 \
 		-nodefaults -display none -monitor none -no-reboot \
 		-kernel "$KERNEL" -initrd "$d/initrd.gz" -append "$append" \
 		-chardev "pipe,id=con,path=$d/con" -serial chardev:con \
@@ -864,7 +864,7 @@ run_arch() {
 			{ echo "# $line"; guest 120 <<<"$line"; echo "# status $?"; } >>"$RUN/$ARCH/debug.out" 2>&1
 		done
 	fi
-	guest 30 <<<'cat /tmp/nodeportd.log 2>/dev/null | tail -n 200' >"$RUN/$ARCH/nodeportd.log" 2>&1 || true
+	guest 30 <<<'cat /tmp/nodeportd.log /tmp/nodeportd.restart.log 2>/dev/null | tail -n 200' >"$RUN/$ARCH/nodeportd.log" 2>&1 || true
 	mkdir -p "$WORK/logs"
 	for f in console.log nodeportd.log ruleset.nft; do
 		[ -f "$RUN/$ARCH/$f" ] && cp "$RUN/$ARCH/$f" "$WORK/logs/$ARCH-$f"
