@@ -20,6 +20,8 @@
 #   NP_QEMU_CHAOS=N       test aid for the console channel: the first copy of
 #                         about one line in N sent to the guest is dropped,
 #                         loses bytes or loses its newline (it must be resent)
+#   NP_QEMU_PLUGIN        a TCG plugin and its arguments for QEMU's -plugin
+#                         (benches/qemu-prof: the guest's instructions by function)
 #
 # qemu-user cannot run these checks: it refuses NETLINK_NETFILTER sockets.
 set -euo pipefail
