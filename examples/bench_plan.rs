@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use nodeportd::dataplane::plan::{Change, OwnedService, Planner};
 use nodeportd::dataplane::Input;
-use nodeportd::model::{Backend, Service};
+use nodeportd::model::{Backend, Key, Service};
 use nodeportd::nft::sync::{full_sync_each, partial_sync_ops, Part};
 
 fn svc(i: usize) -> Service {
@@ -70,7 +70,7 @@ fn main() {
             .enumerate()
             .map(|(i, s)| {
                 (
-                    ("bench".to_string(), s.metadata.name.clone()),
+                    Key("bench".to_string(), s.metadata.name.clone()),
                     Some(OwnedService { service: std::sync::Arc::new(s.clone()).into(), backends: eps(i, 0) }),
                 )
             })
@@ -89,7 +89,7 @@ fn main() {
     for k in 0..400 {
         let i = (k * 37) % n;
         let ch = vec![(
-            ("bench".to_string(), services[i].metadata.name.clone()),
+            Key("bench".to_string(), services[i].metadata.name.clone()),
             Some(OwnedService {
                 service: std::sync::Arc::new(services[i].clone()).into(),
                 backends: eps(i, 1 + k % 2),

@@ -7,6 +7,7 @@
 
 pub mod alloc;
 pub mod api;
+pub mod bytes;
 pub mod cluster;
 pub mod config;
 pub mod conntrack;

@@ -811,15 +811,15 @@ pub fn object_json(obj: &Object) -> Value {
 }
 
 /// The services an endpoints object feeds.
-pub fn services_of(obj: &EndpointsObject) -> BTreeSet<(String, String)> {
+pub fn services_of(obj: &EndpointsObject) -> BTreeSet<crate::model::Key> {
     let mut out = BTreeSet::new();
     match obj {
         EndpointsObject::Endpoints(e) => {
-            out.insert((e.metadata.ns().to_string(), e.metadata.name.clone()));
+            out.insert(crate::model::Key(e.metadata.ns().to_string(), e.metadata.name.clone()));
         }
         EndpointsObject::Slice(s) => {
             if let Some(svc) = s.metadata.labels.get(SERVICE_NAME_LABEL) {
-                out.insert((s.metadata.ns().to_string(), svc.to_string()));
+                out.insert(crate::model::Key(s.metadata.ns().to_string(), svc.to_string()));
             }
         }
     }

@@ -24,7 +24,7 @@ use super::State;
 use crate::healthcheck::{self, HealthCheck, Parsed};
 use crate::model::Backend;
 
-type Key = (String, String);
+use crate::model::Key;
 
 /// Connections served at once over all health-check ports; more are closed on accept.
 pub const MAX_CONNECTIONS: usize = 32;

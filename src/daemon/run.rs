@@ -5,6 +5,8 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::rc::Rc;
+
+use crate::model::Key;
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -34,7 +36,7 @@ pub struct State {
     pub dry_run: bool,
     pub started: Instant,
     /// Services whose data plane pieces must be rebuilt at the next sync.
-    pub dirty: BTreeSet<(String, String)>,
+    pub dirty: BTreeSet<crate::model::Key>,
     /// Set when the node addresses changed (only the nodeport-ips sets follow).
     pub node_changed: bool,
     /// Set when the next sync must rebuild every service's objects (start, reload, after
@@ -54,8 +56,8 @@ pub struct State {
 
 impl State {
     pub fn service_changed(&mut self, ns: &str, name: &str) {
-        self.dirty.insert((ns.to_string(), name.to_string()));
-        self.health.service_changed((ns.to_string(), name.to_string()));
+        self.dirty.insert(Key::new(ns, name));
+        self.health.service_changed(Key::new(ns, name));
         self.wake.notify_one();
     }
     pub fn endpoints_changed(&mut self, obj: &EndpointsObject) {

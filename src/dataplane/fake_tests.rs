@@ -39,13 +39,13 @@ fn batches() -> Vec<(&'static str, Vec<Op>, Option<i32>)> {
     let mut p = Planner::new();
     let all = inputs()
         .map(|i| {
-            let key = (i.service.namespace().to_string(), i.service.name().to_string());
+            let key = crate::model::Key::new(i.service.namespace(), i.service.name());
             (key, Some(OwnedService { service: std::sync::Arc::new(i.service.clone()).into(), backends: i.backends }))
         })
         .collect();
     p.plan(&input(vec![]), all, true);
     let web = svc(CASES.iter().find(|c| c.name == "nodeport").expect("the nodeport case").service);
-    let key = (web.namespace().to_string(), web.name().to_string());
+    let key = crate::model::Key::new(web.namespace(), web.name());
     let backends = ports(&[("", &["198.18.2.99:8080 ready"])]);
     let planned = p.plan(
         &input(vec![]),

@@ -28,7 +28,7 @@ use super::claims::{self, Claims};
 use super::names::{self, IpFamily};
 
 /// A service by namespace and name.
-pub type Key = (String, String);
+pub use crate::model::Key;
 
 /// A service and its backends per port name, owned (sent to the data plane worker).
 #[derive(Debug, Clone)]
@@ -394,7 +394,7 @@ impl Planner {
             .map(|p| Part { sets: p.sets(), chains: p.chains(), elements: &[], packed: &p.elements })
             .collect();
         let mut keys: Vec<&[u8]> = self.shared.keys().map(|k| &**k).collect();
-        keys.sort_unstable();
+        keys.sort_unstable_by(|a, b| crate::bytes::cmp(a, b));
         (parts, keys.concat())
     }
 
@@ -432,7 +432,7 @@ pub fn build(input: &Input) -> Ruleset {
         .services
         .iter()
         .map(|s| {
-            let key = (s.service.namespace().to_string(), s.service.name().to_string());
+            let key = Key::new(s.service.namespace(), s.service.name());
             let service = ServiceCopy::Typed(Arc::new(s.service.clone()));
             (key, Some(OwnedService { service, backends: s.backends.clone() }))
         })

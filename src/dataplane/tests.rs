@@ -282,7 +282,7 @@ fn services_as_text_plan_the_same_table_as_typed_ones() {
             .iter()
             .enumerate()
             .map(|(i, (s, b))| {
-                let key = (s.namespace().to_string(), s.name().to_string());
+                let key = crate::model::Key::new(s.namespace(), s.name());
                 let service = if i % 2 == parity {
                     let text = serde_json::to_string(&serde_json::to_value(s).unwrap()).unwrap();
                     let created = s.metadata.creation_timestamp.as_deref().map(Box::from);
@@ -361,7 +361,7 @@ mod planner {
     }
 
     fn key(s: &Service) -> Key {
-        (s.namespace().to_string(), s.name().to_string())
+        Key::new(s.namespace(), s.name())
     }
 
     /// Plans a batch, then the waiters it names, as the daemon does; applies each
@@ -496,7 +496,7 @@ mod against_the_fake {
     }
 
     fn key(s: &Service) -> Key {
-        (s.namespace().to_string(), s.name().to_string())
+        Key::new(s.namespace(), s.name())
     }
 
     /// Every golden case, as the event loop would hand it over.

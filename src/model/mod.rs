@@ -6,6 +6,7 @@
 
 pub mod error;
 mod jsonpath;
+mod key;
 pub mod names;
 pub mod node;
 pub mod parse;
@@ -16,6 +17,7 @@ pub mod validate;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ApiError, Reason};
+pub use key::Key;
 pub use node::{validate_node, Node};
 pub use parse::{parse_and_validate, parse_object, AnyObject};
 pub use smallmap::SmallMap;

@@ -19,7 +19,7 @@
 use std::net::IpAddr;
 
 use super::Registry;
-use crate::model::{Backend, EndpointPort, IntOrString, Protocol, Service, ServicePort};
+use crate::model::{Backend, EndpointPort, IntOrString, Key, Protocol, Service, ServicePort};
 
 /// One service port with its backends.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ impl Registry {
     pub fn backends(&self, svc: &Service) -> Vec<PortBackends> {
         let ns = svc.namespace();
         let slices = self.slices_for(ns, svc.name());
-        let endpoints = self.endpoints.get(&(ns.to_string(), svc.name().to_string()));
+        let endpoints = self.endpoints.get(&Key::new(ns, svc.name()));
         svc.spec
             .ports
             .iter()

@@ -101,7 +101,7 @@ pub struct CidrUsage {
     pub bands: Usage<IpAddr>,
 }
 
-type Key = (String, String);
+use crate::model::Key;
 
 /// What one Service really holds in the allocators. Usually every value its stored
 /// object carries; after a restore with conflicts, less (the values it lost are in
@@ -388,7 +388,7 @@ impl Registry {
                 EndpointsObject::Endpoints(mut e) => {
                     meta::default_namespace(&mut e.metadata);
                     reg.note_rv(&e.metadata);
-                    reg.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e);
+                    reg.endpoints.insert(Key(e.metadata.ns().to_string(), e.metadata.name.clone()), e);
                 }
                 EndpointsObject::Slice(mut e) => {
                     let text = text.filter(|_| e.metadata.namespace.is_some());
@@ -413,7 +413,7 @@ impl Registry {
 
     fn slice_owner(s: &EndpointSlice) -> Option<Key> {
         let svc = s.metadata.labels.get(crate::model::SERVICE_NAME_LABEL)?;
-        Some((s.metadata.ns().to_string(), svc.to_string()))
+        Some(Key::new(s.metadata.ns(), svc))
     }
 
     /// Stores a Service typed, to be packed later (`text`: its text, when known), with
@@ -469,7 +469,7 @@ impl Registry {
             s.slot.pack_known();
         }
         for slice in self.slices_of.get(key).into_iter().flatten() {
-            if let Some(s) = self.slices.get_mut(&(key.0.clone(), slice.clone())) {
+            if let Some(s) = self.slices.get_mut(&Key(key.0.clone(), slice.clone())) {
                 s.pack_known();
             }
         }
@@ -485,7 +485,7 @@ impl Registry {
 
     /// Store a slice, keeping `slices_of` in step.
     fn put_slice(&mut self, s: EndpointSlice, text: Option<Squeezed>) {
-        let key = (s.metadata.ns().to_string(), s.metadata.name.clone());
+        let key = Key(s.metadata.ns().to_string(), s.metadata.name.clone());
         self.take_slice(&key);
         if let Some(owner) = Self::slice_owner(&s) {
             let names = self.slices_of.entry(owner).or_default();
@@ -516,12 +516,12 @@ impl Registry {
 
     /// The EndpointSlices labelled for a service, by name.
     pub(crate) fn slices_for(&self, ns: &str, service: &str) -> Vec<Arc<EndpointSlice>> {
-        let owner = (ns.to_string(), service.to_string());
+        let owner = Key::new(ns, service);
         self.slices_of
             .get(&owner)
             .into_iter()
             .flatten()
-            .filter_map(|name| self.slices.get(&(ns.to_string(), name.clone())).map(Slot::get))
+            .filter_map(|name| self.slices.get(&Key(ns.to_string(), name.clone())).map(Slot::get))
             .collect()
     }
 
@@ -592,7 +592,7 @@ impl Registry {
 
     /// The annotations of a stored object (a Node's namespace is ignored).
     pub fn stored_annotations(&self, kind: ObjKind, ns: &str, name: &str) -> Option<&crate::model::SmallMap> {
-        let key = (ns.to_string(), name.to_string());
+        let key = Key::new(ns, name);
         match kind {
             ObjKind::Service => self.services.get(&key).map(|s| s.slot.annotations()),
             ObjKind::Endpoints => self.endpoints.get(&key).map(|e| &e.metadata.annotations),
@@ -607,7 +607,7 @@ impl Registry {
         &self,
         kind: ObjKind,
         pred: impl Fn(&crate::model::SmallMap) -> bool,
-    ) -> BTreeSet<(String, String)> {
+    ) -> BTreeSet<crate::model::Key> {
         match kind {
             ObjKind::Service => {
                 self.services.iter().filter(|(_, s)| pred(s.slot.annotations())).map(|(k, _)| k.clone()).collect()
@@ -622,7 +622,7 @@ impl Registry {
                 .nodes
                 .iter()
                 .filter(|(_, n)| pred(&n.metadata.annotations))
-                .map(|(k, _)| (String::new(), k.clone()))
+                .map(|(k, _)| Key(String::new(), k.clone()))
                 .collect(),
         }
     }
@@ -692,7 +692,7 @@ impl Registry {
     /// A stored Service: shared when it is still typed (just written or restored; as
     /// the data plane worker's requests share it), else decoded.
     pub fn service(&self, ns: &str, name: &str) -> Option<Arc<Service>> {
-        self.services.get(&(ns.to_string(), name.to_string())).map(|s| s.slot.get())
+        self.services.get(&Key::new(ns, name)).map(|s| s.slot.get())
     }
 
     /// Up to `n` Services after `after` (from the first when `None`), sorted by
@@ -720,7 +720,7 @@ impl Registry {
     pub fn list_services(&self, ns: Option<&str>) -> Vec<Service> {
         self.services
             .iter()
-            .filter(|((n, _), _)| ns.is_none_or(|want| want == n))
+            .filter(|(Key(n, _), _)| ns.is_none_or(|want| want == n))
             .map(|(_, s)| Arc::unwrap_or_clone(s.slot.get()))
             .collect()
     }
@@ -868,7 +868,7 @@ impl Registry {
                 e.kind = Some("Endpoints".into());
                 e.api_version = Some("v1".into());
                 crate::model::strategy::default_endpoints(&mut e);
-                let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
+                let key = Key(e.metadata.ns().to_string(), e.metadata.name.clone());
                 let old = self.endpoints.get(&key);
                 let action = meta::stamp(&mut e.metadata, old.map(|o| &o.metadata), stamp);
                 if old == Some(&e) {
@@ -887,7 +887,7 @@ impl Registry {
                 e.kind = Some("EndpointSlice".into());
                 e.api_version = Some("discovery.k8s.io/v1".into());
                 crate::model::strategy::default_endpoint_slice(&mut e);
-                let key = (e.metadata.ns().to_string(), e.metadata.name.clone());
+                let key = Key(e.metadata.ns().to_string(), e.metadata.name.clone());
                 let old = self.slices.get(&key).map(Slot::get);
                 let action = meta::stamp(&mut e.metadata, old.as_ref().map(|o| &o.metadata), stamp);
                 if old.as_deref() == Some(&e) {
@@ -902,7 +902,7 @@ impl Registry {
     }
 
     pub fn get_endpoints(&self, kind: EndpointsKind, ns: &str, name: &str) -> Result<EndpointsObject, ApiError> {
-        let key = (ns.to_string(), name.to_string());
+        let key = Key::new(ns, name);
         match kind {
             EndpointsKind::Endpoints => self
                 .endpoints
@@ -953,5 +953,5 @@ fn is_kubernetes(key: &Key) -> bool {
 }
 
 fn key_of(svc: &Service) -> Key {
-    (svc.namespace().to_string(), svc.name().to_string())
+    Key::new(svc.namespace(), svc.name())
 }

@@ -210,7 +210,7 @@ fn squeeze(text: &str, buf: &mut Vec<u8>) -> Box<[u8]> {
         while candidates != 0 {
             let i = candidates.trailing_zeros() as usize;
             candidates &= candidates - 1;
-            if b[at..].starts_with(WORDS[i].as_bytes()) {
+            if crate::bytes::starts_with(&b[at..], WORDS[i].as_bytes()) {
                 found = Some(i);
                 break;
             }

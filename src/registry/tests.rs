@@ -1213,7 +1213,7 @@ fn first_address_is_reserved_for_default_kubernetes() {
     // Deleting it keeps the address reserved; a restore gives it back without a conflict.
     let (r2, problems) = Registry::restore(range(), &v4(), vec![k.clone()], vec![]);
     assert!(problems.is_empty(), "{problems:?}");
-    assert_eq!(r2.held_by(&("default".into(), "kubernetes".into())).ips, super::Few(vec![first]));
+    assert_eq!(r2.held_by(&Key::new("default", "kubernetes")).ips, super::Few(vec![first]));
     r.delete_service("default", "kubernetes").unwrap();
     assert!(r.cluster_ips[0].is_allocated(first));
 
@@ -1419,7 +1419,7 @@ fn packed_objects_read_the_same_and_a_shared_one_waits() {
     };
     let before = read(&r);
     assert_eq!(before.5, ["web"]);
-    assert!(before.3.contains(&("default".to_string(), "db".to_string())));
+    assert!(before.3.contains(&Key::new("default", "db")));
 
     // A copy held elsewhere (a sync request in flight) keeps its object typed.
     let held = r.service("default", "web").unwrap();
@@ -1427,7 +1427,7 @@ fn packed_objects_read_the_same_and_a_shared_one_waits() {
     assert!(r.pack(1), "one step packs one object, two are left");
     assert!(!r.pack(10));
     assert_eq!(r.unpacked(), 1, "the shared Service waits");
-    assert!(matches!(r.services[&("default".into(), "web".into())].slot, Slot::Typed(..)));
+    assert!(matches!(r.services[&Key::new("default", "web")].slot, Slot::Typed(..)));
     drop(held);
     assert!(!r.pack(10));
     assert_eq!(r.unpacked(), 0);
@@ -1475,7 +1475,7 @@ fn restored_objects_keep_their_file_text_and_pack_while_shared() {
     assert_eq!(r.unpacked(), 3, "everything restored waits");
     assert!(r.pack(usize::MAX), "the first step packs what has its text and lists the rest");
     assert!(!r.pack(usize::MAX), "the rest is shared");
-    let key = |n: &str| ("default".to_string(), n.to_string());
+    let key = |n: &str| Key::new("default", n);
     assert!(matches!(&r.services[&key("a")].slot, Slot::Text(t, None) if Some(t) == ta.as_ref()), "the file's text");
     assert!(matches!(&r.slices[&key("a-1")], Slot::Text(t, None) if Some(t) == ts.as_ref()));
     // Without a namespace in its file, the object read back differs from the text: it

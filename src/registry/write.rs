@@ -145,7 +145,7 @@ impl Registry {
             }
             Some(Change::PutEndpoints) => match &object {
                 Object::Endpoints(EndpointsObject::Endpoints(e)) => {
-                    self.endpoints.insert((e.metadata.ns().to_string(), e.metadata.name.clone()), e.clone());
+                    self.endpoints.insert(Key(e.metadata.ns().to_string(), e.metadata.name.clone()), e.clone());
                 }
                 Object::Endpoints(EndpointsObject::Slice(e)) => self.put_slice(e.clone(), p.text.take()),
                 Object::Service(_) | Object::Node(_) => {}
@@ -173,7 +173,7 @@ impl Registry {
     /// Prepares the deletion of a Service; its values are freed at the commit.
     pub fn prepare_delete_service(&mut self, ns: &str, name: &str) -> Result<Prepared, ApiError> {
         self.settle();
-        let key = (ns.to_string(), name.to_string());
+        let key = Key::new(ns, name);
         let svc = self
             .services
             .get(&key)
@@ -204,7 +204,7 @@ impl Registry {
     ) -> Result<Prepared, ApiError> {
         self.settle();
         let obj = self.get_endpoints(kind, ns, name)?;
-        let key = (ns.to_string(), name.to_string());
+        let key = Key::new(ns, name);
         Ok(self.prepared(
             Action::Configured,
             Some(Change::DeleteEndpoints { kind, key }),
