@@ -308,6 +308,10 @@ impl Registry {
         }
         let mut port_owner: BTreeMap<u16, String> = BTreeMap::new();
         let mut ip_owner: BTreeMap<IpAddr, String> = BTreeMap::new();
+        // The maps are built at once from sorted lists ([`BTreeMap::from_iter`]: as
+        // `insert`, the last of equal keys stays), not by an insert per object that
+        // searches from the root.
+        let mut stored = Vec::with_capacity(services.len());
         for (svc, text) in services {
             let key = key_of(&svc);
             let who = format!("{}/{}", key.0, key.1);
@@ -381,8 +385,10 @@ impl Registry {
             }
             let rv = svc.metadata.resource_version.as_deref().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             reg.resource_version = reg.resource_version.max(rv);
-            reg.put_service(key, svc, text, held);
+            stored.push((key, StoredService { slot: Slot::new(svc, text), held }));
         }
+        reg.services = stored.into_iter().collect();
+        let mut slices = Vec::new();
         for (obj, text) in endpoints {
             match obj {
                 EndpointsObject::Endpoints(mut e) => {
@@ -394,10 +400,12 @@ impl Registry {
                     let text = text.filter(|_| e.metadata.namespace.is_some());
                     meta::default_namespace(&mut e.metadata);
                     reg.note_rv(&e.metadata);
-                    reg.put_slice(e, text);
+                    slices.push((Key(e.metadata.ns().to_string(), e.metadata.name.clone()), Slot::new(e, text)));
                 }
             }
         }
+        reg.slices = slices.into_iter().collect();
+        reg.slices_of = slices_of(&reg.slices);
         let list = reg.problems();
         (reg, list)
     }
@@ -946,6 +954,22 @@ impl Registry {
             _ => Err(ApiError::internal("an endpoints delete committed another kind")),
         }
     }
+}
+
+/// `slices_of` for `slices`, built at once.
+fn slices_of(slices: &BTreeMap<Key, Slot<EndpointSlice>>) -> BTreeMap<Key, Vec<String>> {
+    // In key order, so each owner's names come sorted; a stable sort by owner keeps them so.
+    let mut owned: Vec<(Key, &String)> =
+        slices.iter().filter_map(|(k, s)| Some((Registry::slice_owner(&s.get())?, &k.1))).collect();
+    owned.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out: Vec<(Key, Vec<String>)> = Vec::new();
+    for (owner, name) in owned {
+        match out.last_mut() {
+            Some((last, names)) if *last == owner => names.push(name.clone()),
+            _ => out.push((owner, vec![name.clone()])),
+        }
+    }
+    out.into_iter().collect()
 }
 
 fn is_kubernetes(key: &Key) -> bool {

@@ -1488,3 +1488,41 @@ fn restored_objects_keep_their_file_text_and_pack_while_shared() {
     assert_eq!(r.list_services(None), listed);
     assert_eq!(r.get_endpoints(EndpointsKind::EndpointSlice, "default", "a-1").unwrap(), EndpointsObject::Slice(es));
 }
+
+/// A restore builds its maps at once: the same slices, and slices per service, as
+/// storing the objects one by one; the last of two slices with one key stays, as a store
+/// would keep it.
+#[test]
+fn a_restore_indexes_slices_as_stores_one_by_one_do() {
+    let ep = |ip: &str| json!({"addressType": "IPv4", "endpoints": [{"addresses": [ip]}], "ports": [{"port": 80}]});
+    let mut unlabelled = slice("stray", "x", ep("198.18.0.9"));
+    if let EndpointsObject::Slice(s) = &mut unlabelled {
+        s.metadata.labels = Default::default();
+    }
+    let objects = vec![
+        slice("web-b", "web", ep("198.18.0.2")),
+        slice("web-a", "web", ep("198.18.0.1")),
+        slice("db-a", "db", ep("198.18.0.3")),
+        slice("web-a", "web", ep("198.18.0.4")),
+        slice("web.x", "web", ep("198.18.0.5")),
+        unlabelled,
+    ];
+    let (restored, problems) = Registry::restore(range(), &v4(), vec![], objects.clone());
+    assert!(problems.is_empty(), "{problems:?}");
+    let mut one_by_one = reg();
+    for o in objects {
+        let EndpointsObject::Slice(s) = o else { unreachable!() };
+        one_by_one.put_slice(s, None);
+    }
+    assert_eq!(restored.slices_of, one_by_one.slices_of);
+    assert_eq!(restored.slices_of[&Key::new("default", "web")], ["web-a", "web-b", "web.x"]);
+    let ips = |r: &Registry| -> Vec<String> {
+        r.slices_for("default", "web")
+            .iter()
+            .flat_map(|s| s.endpoints.iter().flat_map(|e| e.addresses.clone()))
+            .collect()
+    };
+    assert_eq!(ips(&restored), ["198.18.0.4", "198.18.0.2", "198.18.0.5"]);
+    assert_eq!(ips(&restored), ips(&one_by_one));
+    assert_eq!(restored.slices.keys().collect::<Vec<_>>(), one_by_one.slices.keys().collect::<Vec<_>>());
+}
