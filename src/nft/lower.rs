@@ -270,10 +270,13 @@ impl Lowerer {
         sink: &mut dyn FnMut(Op),
     ) -> Result<(), LowerError> {
         let mut chunks = Chunker::new(self, &set.name, None, add);
+        // Each element is written into one scratch buffer, then copied into its message's:
+        // no allocation per element.
+        let mut scratch = wire::Encoder::with_capacity(128);
         for e in elems {
-            for a in element_attrs(set, e.borrow(), add)? {
-                chunks.push(a, sink);
-            }
+            scratch.clear();
+            let n = element_into(set, e.borrow(), add, &mut scratch)?;
+            chunks.push_encoded(scratch.bytes(), n, sink);
         }
         chunks.flush(sink);
         Ok(())
@@ -343,38 +346,51 @@ struct Chunker<'a> {
     set: &'a str,
     set_id: Option<u32>,
     add: bool,
-    chunk: Vec<Attr>,
-    size: usize,
+    /// The `NFTA_LIST_ELEM`s of the message being filled, encoded, and how many.
+    chunk: wire::Encoder,
+    count: usize,
 }
 
 impl<'a> Chunker<'a> {
     fn new(l: &'a Lowerer, set: &'a str, set_id: Option<u32>, add: bool) -> Self {
-        Chunker { l, set, set_id, add, chunk: Vec::new(), size: 0 }
+        Chunker { l, set, set_id, add, chunk: wire::Encoder::with_capacity(0), count: 0 }
     }
 
     fn push(&mut self, a: Attr, sink: &mut dyn FnMut(Op)) {
         use netlink_packet_core::Emitable;
-        let len = a.buffer_len();
-        if self.size + len > MAX_ELEMS_BYTES && !self.chunk.is_empty() {
+        self.make_room(a.buffer_len(), sink);
+        self.chunk.put_attr(&a);
+        self.count += 1;
+    }
+
+    /// `n` `NFTA_LIST_ELEM`s, encoded (one element: they go into one message).
+    fn push_encoded(&mut self, encoded: &[u8], n: usize, sink: &mut dyn FnMut(Op)) {
+        self.make_room(encoded.len(), sink);
+        self.chunk.extend(encoded);
+        self.count += n;
+    }
+
+    fn make_room(&mut self, len: usize, sink: &mut dyn FnMut(Op)) {
+        if self.chunk.len() + len > MAX_ELEMS_BYTES && self.count > 0 {
             self.flush(sink);
         }
-        self.size += len;
-        self.chunk.push(a);
+        if self.chunk.is_empty() {
+            self.chunk = wire::Encoder::with_capacity(MAX_ELEMS_BYTES.min(len.max(4096)));
+        }
     }
 
     fn flush(&mut self, sink: &mut dyn FnMut(Op)) {
-        if self.chunk.is_empty() {
+        if self.count == 0 {
             return;
         }
-        let chunk = std::mem::take(&mut self.chunk);
-        self.size = 0;
-        let count = chunk.len();
+        let chunk = std::mem::replace(&mut self.chunk, wire::Encoder::with_capacity(0));
+        let count = std::mem::take(&mut self.count);
         let mut attrs =
             vec![Attr::str(wire::elem::LIST_TABLE, &self.l.table), Attr::str(wire::elem::LIST_SET, self.set)];
         if let Some(id) = self.set_id {
             attrs.push(Attr::u32(wire::elem::LIST_SET_ID, id));
         }
-        attrs.push(Attr::nested(wire::elem::LIST_ELEMENTS, chunk));
+        attrs.push(Attr::nested_encoded(wire::elem::LIST_ELEMENTS, chunk));
         sink(Op {
             msg: self.l.msg(if self.add { MsgType::NewSetElem } else { MsgType::DelSetElem }, attrs),
             flags: if self.add { NLM_F_CREATE } else { 0 },
@@ -604,8 +620,16 @@ fn kverdict(v: &Verdict) -> KVerdict {
 }
 
 /// The `NFTA_LIST_ELEM`s of one element (two for a prefix in an interval set), each
-/// encoded in one buffer (a full sync lowers one per service endpoint and port).
+/// as one [`Attr`] of its encoded payload.
 pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, LowerError> {
+    let mut enc = wire::Encoder::with_capacity(64);
+    element_into(set, e, add, &mut enc)?;
+    Ok(enc.into_attrs())
+}
+
+/// Writes the `NFTA_LIST_ELEM`s of one element into `out` (a full sync lowers one per
+/// service endpoint and port); how many (two for a prefix in an interval set).
+fn element_into(set: &Set, e: &Element, add: bool, out: &mut wire::Encoder) -> Result<usize, LowerError> {
     let err = |reason: String| LowerError { object: format!("element {:?} of set {}", e.key, set.name), reason };
     let mut end: Option<Vec<u8>> = None;
     let key = match (set.key.as_slice(), e.key.as_slice()) {
@@ -619,8 +643,9 @@ pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, Low
         }
         _ => encode_key(&set.key, &e.key).map_err(err)?,
     };
-    let mut enc = wire::Encoder::with_capacity(64);
-    put_value(&mut enc, wire::elem::KEY, &key);
+    let enc = out;
+    let elem = enc.begin(wire::LIST_ELEM);
+    put_value(enc, wire::elem::KEY, &key);
     if add {
         match (set.data.as_slice(), &e.data) {
             ([DataType::Verdict], Some(ElementData::Verdict(v))) => {
@@ -640,7 +665,7 @@ pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, Low
                 let mut data = key;
                 data.clear();
                 put_key(t, v, &mut data).map_err(err)?;
-                put_value(&mut enc, wire::elem::DATA, &data);
+                put_value(enc, wire::elem::DATA, &data);
             }
             ([], None) => {}
             (want, got) => return Err(err(format!("element data {got:?} does not fit the set's data {want:?}"))),
@@ -649,14 +674,13 @@ pub fn element_attrs(set: &Set, e: &Element, add: bool) -> Result<Vec<Attr>, Low
             enc.put(wire::elem::TIMEOUT, &(u64::from(t) * 1000).to_be_bytes());
         }
     }
-    let mut out = vec![Attr::nested_encoded(wire::LIST_ELEM, enc)];
-    if let Some(after) = end {
-        let mut enc = wire::Encoder::with_capacity(40);
-        enc.put(wire::elem::FLAGS, &wire::elem::F_INTERVAL_END.to_be_bytes());
-        put_value(&mut enc, wire::elem::KEY, &after);
-        out.push(Attr::nested_encoded(wire::LIST_ELEM, enc));
-    }
-    Ok(out)
+    enc.end(elem);
+    let Some(after) = end else { return Ok(1) };
+    let elem = enc.begin(wire::LIST_ELEM);
+    enc.put(wire::elem::FLAGS, &wire::elem::F_INTERVAL_END.to_be_bytes());
+    put_value(enc, wire::elem::KEY, &after);
+    enc.end(elem);
+    Ok(2)
 }
 
 /// `kind { NFTA_DATA_VALUE value }`, as `expr::data_attr` of a value encodes it.
@@ -1239,6 +1263,52 @@ mod tests {
                     "{e:?}"
                 );
             }
+        }
+    }
+
+    /// Elements are written straight into their messages: the messages' element lists,
+    /// put together, are the elements' attribute trees in order, each list below the
+    /// limit, and the counts add up.
+    #[test]
+    fn element_lists_split_below_the_limit_and_hold_every_element_in_order() {
+        use netlink_packet_core::Emitable;
+        let set = Set {
+            name: "m".into(),
+            key: vec![DataType::Ipv4Addr, DataType::InetService],
+            data: vec![DataType::Ipv4Addr, DataType::InetService],
+            typeof_key: None,
+            typeof_data: None,
+            flags: SetFlags::default(),
+            timeout: None,
+            comment: None,
+        };
+        let elems: Vec<Element> = (0..5000u32)
+            .map(|i| Element {
+                key: vec![Value::Addr(Ipv4Addr::from(0xC612_0000 + i).into()), Value::Port(80)],
+                data: Some(ElementData::Values(vec![
+                    Value::Addr(Ipv4Addr::from(0xC613_0000 + i).into()),
+                    Value::Port(8080),
+                ])),
+                timeout: None,
+            })
+            .collect();
+        let l = Lowerer::new(Some(Family::Inet), "t");
+        for add in [true, false] {
+            let ops = l.elements(&set, &elems, add).unwrap();
+            assert!(ops.len() > 2, "{} messages", ops.len());
+            let (mut lists, mut count) = (Vec::new(), 0);
+            for op in &ops {
+                let Object::Elements { count: n, .. } = op.object else { panic!("{:?}", op.object) };
+                count += n;
+                let list = op.msg.attrs.iter().find(|a| a.kind() == wire::elem::LIST_ELEMENTS).unwrap();
+                assert!(list.buffer_len() <= MAX_ELEMS_BYTES + 4 && n > 0);
+                lists.extend_from_slice(list.payload());
+            }
+            assert_eq!(count, elems.len());
+            let want: Vec<Attr> = elems.iter().flat_map(|e| element_attrs_tree(&set, e, add).unwrap()).collect();
+            let mut buf = vec![0u8; want.as_slice().buffer_len()];
+            want.as_slice().emit(&mut buf);
+            assert!(lists == buf, "add={add}");
         }
     }
 

@@ -298,6 +298,42 @@ impl Encoder {
     pub fn with_capacity(n: usize) -> Self {
         Encoder(Vec::with_capacity(n))
     }
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+    /// What was written so far.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+    /// Attributes encoded elsewhere (whole, padded), appended as they are.
+    pub fn extend(&mut self, encoded: &[u8]) {
+        self.0.extend_from_slice(encoded);
+    }
+    /// `a`, encoded as [`Attr`]'s `Emitable` emits it.
+    pub fn put_attr(&mut self, a: &Attr) {
+        use netlink_packet_core::Emitable;
+        let at = self.0.len();
+        self.0.resize(at + a.buffer_len(), 0);
+        a.emit(&mut self.0[at..]);
+    }
+    /// The top-level attributes written, each as one [`Attr`] of its encoded payload.
+    pub fn into_attrs(self) -> Vec<Attr> {
+        let mut out = Vec::new();
+        let mut b = self.0.as_slice();
+        while let Some((&[l0, l1, k0, k1], rest)) = b.split_first_chunk::<4>() {
+            let len = usize::from(u16::from_ne_bytes([l0, l1]));
+            let payload = rest.get(..len.saturating_sub(4)).unwrap_or(rest);
+            out.push(Attr { kind: u16::from_ne_bytes([k0, k1]), value: AttrValue::Bytes(payload.to_vec()) });
+            b = b.get(len.next_multiple_of(4)..).unwrap_or_default();
+        }
+        out
+    }
     /// One leaf attribute.
     pub fn put(&mut self, kind: u16, payload: &[u8]) {
         self.header(kind, 4 + payload.len());
