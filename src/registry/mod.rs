@@ -15,6 +15,7 @@ mod squeeze;
 mod tests;
 mod write;
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
@@ -308,9 +309,10 @@ impl Registry {
         }
         let mut port_owner: BTreeMap<u16, String> = BTreeMap::new();
         let mut ip_owner: BTreeMap<IpAddr, String> = BTreeMap::new();
-        // The maps are built at once from sorted lists ([`BTreeMap::from_iter`]: as
-        // `insert`, the last of equal keys stays), not by an insert per object that
-        // searches from the root.
+        // The maps are filled from the last object to the first: the objects come (nearly)
+        // in key order, and an insert of a key below every other compares with one key per
+        // level of the tree, where one above every other compares with a whole node per
+        // level. The last of equal keys stays, as with inserts in order.
         let mut stored = Vec::with_capacity(services.len());
         for (svc, text) in services {
             let key = key_of(&svc);
@@ -387,7 +389,9 @@ impl Registry {
             reg.resource_version = reg.resource_version.max(rv);
             stored.push((key, StoredService { slot: Slot::new(svc, text), held }));
         }
-        reg.services = stored.into_iter().collect();
+        for (key, s) in stored.into_iter().rev() {
+            reg.services.entry(key).or_insert(s);
+        }
         let mut slices = Vec::new();
         for (obj, text) in endpoints {
             match obj {
@@ -404,8 +408,18 @@ impl Registry {
                 }
             }
         }
-        reg.slices = slices.into_iter().collect();
-        reg.slices_of = slices_of(&reg.slices);
+        for (key, s) in slices.into_iter().rev() {
+            if let Entry::Vacant(v) = reg.slices.entry(key) {
+                let key = v.key().clone();
+                let s = v.insert(s);
+                if let Some(owner) = Self::slice_owner(&s.get()) {
+                    let names = reg.slices_of.entry(owner).or_default();
+                    if let Err(at) = names.binary_search(&key.1) {
+                        names.insert(at, key.1);
+                    }
+                }
+            }
+        }
         let list = reg.problems();
         (reg, list)
     }
@@ -954,22 +968,6 @@ impl Registry {
             _ => Err(ApiError::internal("an endpoints delete committed another kind")),
         }
     }
-}
-
-/// `slices_of` for `slices`, built at once.
-fn slices_of(slices: &BTreeMap<Key, Slot<EndpointSlice>>) -> BTreeMap<Key, Vec<String>> {
-    // In key order, so each owner's names come sorted; a stable sort by owner keeps them so.
-    let mut owned: Vec<(Key, &String)> =
-        slices.iter().filter_map(|(k, s)| Some((Registry::slice_owner(&s.get())?, &k.1))).collect();
-    owned.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut out: Vec<(Key, Vec<String>)> = Vec::new();
-    for (owner, name) in owned {
-        match out.last_mut() {
-            Some((last, names)) if *last == owner => names.push(name.clone()),
-            _ => out.push((owner, vec![name.clone()])),
-        }
-    }
-    out.into_iter().collect()
 }
 
 fn is_kubernetes(key: &Key) -> bool {
