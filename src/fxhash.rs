@@ -31,18 +31,17 @@ impl Hasher for FxHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
         const W: usize = std::mem::size_of::<usize>();
-        let mut chunks = bytes.chunks_exact(W);
-        for c in &mut chunks {
-            let mut word = [0u8; W];
-            word.copy_from_slice(c);
-            self.add(usize::from_le_bytes(word));
+        let mut rest = bytes;
+        while let Some((word, r)) = rest.split_first_chunk::<W>() {
+            self.add(usize::from_le_bytes(*word));
+            rest = r;
         }
-        let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut word = [0u8; W];
-            word[..rest.len()].copy_from_slice(rest);
+            // The tail as a little-endian word, byte by byte: a copy of a length known
+            // only at run time would be a call to `memcpy`.
+            let word = rest.iter().rev().fold(0usize, |w, &b| (w << 8) | usize::from(b));
             // The length keeps "a" and "a\0" apart.
-            self.add(usize::from_le_bytes(word) ^ (rest.len() << (W * 8 - 8)));
+            self.add(word ^ (rest.len() << (W * 8 - 8)));
         }
     }
     #[inline]
@@ -114,6 +113,26 @@ mod tests {
         }
         let max = buckets.iter().max().copied().unwrap_or(0);
         assert!(max <= 48, "fullest of 256 buckets holds {max} of 4 096 keys");
+    }
+
+    /// The words hashed are the bytes read little-endian, the tail padded with zeros.
+    #[test]
+    fn words_are_the_bytes_little_endian() {
+        const W: usize = std::mem::size_of::<usize>();
+        let bytes: Vec<u8> = (1..=40u8).collect();
+        for n in 0..bytes.len() {
+            let b = &bytes[..n];
+            let mut want = FxHasher::default();
+            for c in b.chunks(W) {
+                let mut word = [0u8; W];
+                word[..c.len()].copy_from_slice(c);
+                let w = usize::from_le_bytes(word);
+                want.add(if c.len() == W { w } else { w ^ (c.len() << (W * 8 - 8)) });
+            }
+            let mut got = FxHasher::default();
+            got.write(b);
+            assert_eq!(got.0, want.0, "{n} bytes");
+        }
     }
 
     #[test]

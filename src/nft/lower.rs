@@ -371,11 +371,9 @@ impl<'a> Chunker<'a> {
     }
 
     fn make_room(&mut self, len: usize, sink: &mut dyn FnMut(Op)) {
+        // The buffer grows as a vector does: most syncs change a few elements of a set.
         if self.chunk.len() + len > MAX_ELEMS_BYTES && self.count > 0 {
             self.flush(sink);
-        }
-        if self.chunk.is_empty() {
-            self.chunk = wire::Encoder::with_capacity(MAX_ELEMS_BYTES.min(len.max(4096)));
         }
     }
 
@@ -576,9 +574,9 @@ fn put_typed(t: DataType, v: &Value, out: &mut Vec<u8>) -> Result<(), String> {
         (DataType::Ipv4Addr, Value::Addr(IpAddr::V4(a))) => out.extend_from_slice(&a.octets()),
         (DataType::Ipv6Addr, Value::Addr(IpAddr::V6(a))) => out.extend_from_slice(&a.octets()),
         (DataType::InetProto, Value::Proto(p)) => out.push(*p),
-        (DataType::InetService, Value::Port(p)) => out.extend_from_slice(&net_u16(*p)),
+        (DataType::InetService, Value::Port(p)) => out.extend_from_slice(&p.to_be_bytes()),
         (DataType::Mark | DataType::Integer, v) if as_int(v).is_some() => {
-            out.extend_from_slice(&host_u32(as_int(v).unwrap_or(0)))
+            out.extend_from_slice(&as_int(v).unwrap_or(0).to_ne_bytes())
         }
         _ => return Err(format!("value {v:?} does not fit type {t:?}")),
     }

@@ -336,9 +336,18 @@ impl Encoder {
     }
     /// One leaf attribute.
     pub fn put(&mut self, kind: u16, payload: &[u8]) {
-        self.header(kind, 4 + payload.len());
-        self.0.extend_from_slice(payload);
-        self.pad();
+        // One growth for the header, the payload and the padding, then copies in place:
+        // a copy of a known length is a store, where each append would be a call to
+        // `memcpy` (an element's attributes are a dozen of them).
+        let at = self.0.len();
+        let end = at + 4 + payload.len();
+        self.0.resize(end.next_multiple_of(4), 0);
+        self.write_header(at, kind, 4 + payload.len());
+        let dst = &mut self.0[at + 4..end];
+        match <&[u8; 4]>::try_from(payload) {
+            Ok(p) => dst.copy_from_slice(p),
+            Err(_) => dst.copy_from_slice(payload),
+        }
     }
     /// Opens a nested attribute; its children follow, then [`Encoder::end`] with the
     /// returned mark.
@@ -353,13 +362,16 @@ impl Encoder {
         self.0[at..at + 2].copy_from_slice(&len.to_ne_bytes());
     }
     fn header(&mut self, kind: u16, len: usize) {
-        let len = u16::try_from(len).unwrap_or(u16::MAX);
-        self.0.extend_from_slice(&len.to_ne_bytes());
-        self.0.extend_from_slice(&kind.to_ne_bytes());
+        let at = self.0.len();
+        self.0.resize(at + 4, 0);
+        self.write_header(at, kind, len);
     }
-    fn pad(&mut self) {
-        let n = self.0.len().next_multiple_of(4);
-        self.0.resize(n, 0);
+    fn write_header(&mut self, at: usize, kind: u16, len: usize) {
+        let [l0, l1] = u16::try_from(len).unwrap_or(u16::MAX).to_ne_bytes();
+        let [k0, k1] = kind.to_ne_bytes();
+        if let Some(h) = self.0.get_mut(at..at + 4) {
+            h.copy_from_slice(&[l0, l1, k0, k1]);
+        }
     }
 }
 
