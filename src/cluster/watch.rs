@@ -223,7 +223,7 @@ pub enum Change {
 /// What a relist changes: every listed object that is not skipped is applied (the
 /// registry reports the unchanged ones as such), every mirrored object of the stream
 /// the list no longer holds (or now skips) is deleted.
-pub fn relist(stream: &Stream, mirrored: &BTreeSet<(String, String)>, listed: Vec<Value>) -> Vec<Change> {
+pub fn relist(stream: &Stream, mirrored: &BTreeSet<crate::model::Key>, listed: Vec<Value>) -> Vec<Change> {
     let mut keep = BTreeSet::new();
     let mut out = Vec::new();
     for obj in listed {
@@ -234,7 +234,7 @@ pub fn relist(stream: &Stream, mirrored: &BTreeSet<(String, String)>, listed: Ve
         keep.insert(key);
         out.push(Change::Apply(obj));
     }
-    for (ns, name) in mirrored {
+    for crate::model::Key(ns, name) in mirrored {
         if stream.covers(ns) && !keep.contains(&(ns.clone(), name.clone())) {
             out.push(Change::Delete(ns.clone(), name.clone()));
         }
@@ -316,8 +316,8 @@ mod tests {
         let node = serde_json::json!({"metadata": {"name": "n1"}});
         assert_eq!(key_of(Resource::Nodes, &node), Some((String::new(), "n1".into())));
         assert_eq!(key_of(Resource::Services, &node), Some(("default".into(), "n1".into())));
-        let mirrored: BTreeSet<(String, String)> =
-            [(String::new(), "n1".into()), (String::new(), "gone".into())].into();
+        let mirrored: BTreeSet<crate::model::Key> =
+            [crate::model::Key::new("", "n1"), crate::model::Key::new("", "gone")].into();
         assert_eq!(
             relist(&nodes, &mirrored, vec![node.clone()]),
             vec![Change::Apply(node), Change::Delete(String::new(), "gone".into())]
@@ -376,10 +376,10 @@ mod tests {
     #[test]
     fn relist_replaces_the_stream_and_only_it() {
         let stream = Stream { resource: Resource::Services, namespace: Some("a".into()) };
-        let mirrored: BTreeSet<(String, String)> =
+        let mirrored: BTreeSet<crate::model::Key> =
             [("a", "keep"), ("a", "gone"), ("a", "now-headless"), ("b", "other-ns")]
                 .iter()
-                .map(|(n, m)| (n.to_string(), m.to_string()))
+                .map(|(n, m)| crate::model::Key::new(n, m))
                 .collect();
         let mut headless = svc("a", "now-headless");
         headless["spec"]["clusterIP"] = json!("None");
