@@ -36,7 +36,7 @@ pub struct State {
     pub dry_run: bool,
     pub started: Instant,
     /// Services whose data plane pieces must be rebuilt at the next sync.
-    pub dirty: BTreeSet<crate::model::Key>,
+    pub dirty: BTreeSet<Key>,
     /// Set when the node addresses changed (only the nodeport-ips sets follow).
     pub node_changed: bool,
     /// Set when the next sync must rebuild every service's objects (start, reload, after

@@ -45,12 +45,6 @@ impl fmt::Debug for Key {
     }
 }
 
-impl From<(String, String)> for Key {
-    fn from((namespace, name): (String, String)) -> Key {
-        Key(namespace, name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
