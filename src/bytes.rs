@@ -47,41 +47,13 @@ pub fn cmp(mut a: &[u8], mut b: &[u8]) -> Ordering {
 /// `a == b`.
 #[inline]
 pub fn eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && same_prefix(a, b)
+    a.len() == b.len() && cmp(a, b).is_eq()
 }
 
 /// `a.starts_with(prefix)`.
 #[inline]
 pub fn starts_with(a: &[u8], prefix: &[u8]) -> bool {
-    a.len() >= prefix.len() && same_prefix(a, prefix)
-}
-
-/// Whether `a` and `b` agree over the shorter one's length.
-fn same_prefix(mut a: &[u8], mut b: &[u8]) -> bool {
-    while let (Some((x, ra)), Some((y, rb))) = (a.split_first_chunk::<W>(), b.split_first_chunk::<W>()) {
-        if x != y {
-            return false;
-        }
-        (a, b) = (ra, rb);
-    }
-    if W > 4 {
-        if let (Some((x, ra)), Some((y, rb))) = (a.split_first_chunk::<4>(), b.split_first_chunk::<4>()) {
-            if x != y {
-                return false;
-            }
-            (a, b) = (ra, rb);
-        }
-    }
-    if let (Some((x, ra)), Some((y, rb))) = (a.split_first_chunk::<2>(), b.split_first_chunk::<2>()) {
-        if x != y {
-            return false;
-        }
-        (a, b) = (ra, rb);
-    }
-    match (a.first(), b.first()) {
-        (Some(x), Some(y)) => x == y,
-        _ => true,
-    }
+    a.get(..prefix.len()).is_some_and(|head| cmp(head, prefix).is_eq())
 }
 
 #[cfg(test)]

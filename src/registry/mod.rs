@@ -413,10 +413,7 @@ impl Registry {
                 let key = v.key().clone();
                 let s = v.insert(s);
                 if let Some(owner) = Self::slice_owner(&s.get()) {
-                    let names = reg.slices_of.entry(owner).or_default();
-                    if let Err(at) = names.binary_search(&key.1) {
-                        names.insert(at, key.1);
-                    }
+                    add_name(&mut reg.slices_of, owner, key.1);
                 }
             }
         }
@@ -510,10 +507,7 @@ impl Registry {
         let key = Key(s.metadata.ns().to_string(), s.metadata.name.clone());
         self.take_slice(&key);
         if let Some(owner) = Self::slice_owner(&s) {
-            let names = self.slices_of.entry(owner).or_default();
-            if let Err(at) = names.binary_search(&key.1) {
-                names.insert(at, key.1.clone());
-            }
+            add_name(&mut self.slices_of, owner, key.1.clone());
         }
         if !self.all_unpacked {
             self.unpacked.push((Packable::Slice, key.clone()));
@@ -625,11 +619,7 @@ impl Registry {
 
     /// (namespace, name) of the stored objects of a kind whose annotations satisfy
     /// `pred` (Nodes: namespace "").
-    pub fn keys_where(
-        &self,
-        kind: ObjKind,
-        pred: impl Fn(&crate::model::SmallMap) -> bool,
-    ) -> BTreeSet<crate::model::Key> {
+    pub fn keys_where(&self, kind: ObjKind, pred: impl Fn(&crate::model::SmallMap) -> bool) -> BTreeSet<Key> {
         match kind {
             ObjKind::Service => {
                 self.services.iter().filter(|(_, s)| pred(s.slot.annotations())).map(|(k, _)| k.clone()).collect()
@@ -967,6 +957,14 @@ impl Registry {
             Object::Endpoints(e) => Ok(e),
             _ => Err(ApiError::internal("an endpoints delete committed another kind")),
         }
+    }
+}
+
+/// Adds `name` to `owner`'s sorted names in `slices_of`, once.
+fn add_name(slices_of: &mut BTreeMap<Key, Vec<String>>, owner: Key, name: String) {
+    let names = slices_of.entry(owner).or_default();
+    if let Err(at) = names.binary_search(&name) {
+        names.insert(at, name);
     }
 }
 
