@@ -262,10 +262,7 @@ fn apply(socket: &str, file: &str, json_out: bool, prune: bool) -> Result<(), St
     };
     // Each object is encoded once, to the bytes that go on the wire: their length picks
     // the batch, and the call sends them as they are.
-    let items: Vec<Vec<u8>> = objects
-        .iter()
-        .map(|o| serde_json::to_vec(&o.to_json()).map_err(|e| format!("error: {}: {e}", o.path())))
-        .collect::<Result<_, _>>()?;
+    let items: Vec<Vec<u8>> = objects.iter().map(|o| o.to_text().into_bytes()).collect();
     let sizes: Vec<usize> = items.iter().map(|v| v.len() + 1).collect();
     for range in batches_of(&sizes) {
         let chunk = &objects[range.clone()];

@@ -11,7 +11,7 @@ use super::clock;
 use super::State;
 use crate::api::rpc::{object, opt_str_param, str_param, RpcError};
 use crate::api::server::method_not_found;
-use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, Node, Service, SERVICE_NAME_LABEL};
+use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, SERVICE_NAME_LABEL};
 use crate::registry::{Action, EndpointsKind, Object, ObjectRef, Prepared, Registry, Stamp};
 use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 
@@ -155,12 +155,16 @@ fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError>
         "service.get" => {
             let (ns, name) = ns_name(params)?;
             let svc = st.registry.get_service(ns, name)?;
-            Ok(json!({ "object": svc }))
+            Ok(object(vec![("object", printed(&svc))]))
         }
         "service.list" => {
             let ns = opt_str_param(params, "namespace")?;
-            let items: Vec<Service> = st.registry.list_services(ns);
-            Ok(json!({ "apiVersion": "v1", "kind": "ServiceList", "items": items }))
+            let items: Vec<Value> = st.registry.list_services(ns).iter().map(printed).collect();
+            Ok(object(vec![
+                ("apiVersion", "v1".into()),
+                ("kind", "ServiceList".into()),
+                ("items", Value::Array(items)),
+            ]))
         }
         "endpoints.get" => {
             let (ns, name) = ns_name(params)?;
@@ -174,10 +178,10 @@ fn read(st: &mut State, method: &str, params: &Value) -> Result<Value, RpcError>
             let items: Vec<Value> = st.registry.list_endpoints(kind, ns).iter().map(endpoints_json).collect();
             Ok(object(vec![("apiVersion", "v1".into()), ("kind", "List".into()), ("items", Value::Array(items))]))
         }
-        "node.get" => Ok(json!({ "object": st.registry.get_node(str_param(params, "name")?)? })),
+        "node.get" => Ok(object(vec![("object", printed(&st.registry.get_node(str_param(params, "name")?)?))])),
         "node.list" => {
-            let items: Vec<&Node> = st.registry.nodes().collect();
-            Ok(json!({ "apiVersion": "v1", "kind": "NodeList", "items": items }))
+            let items: Vec<Value> = st.registry.nodes().map(printed).collect();
+            Ok(object(vec![("apiVersion", "v1".into()), ("kind", "NodeList".into()), ("items", Value::Array(items))]))
         }
         "status" => Ok(super::status::status(st)),
         _ => Err(method_not_found(method)),
@@ -582,10 +586,25 @@ fn store_kind(obj: &EndpointsObject) -> Kind {
 }
 
 pub fn endpoints_json(obj: &EndpointsObject) -> Value {
+    tree(&endpoints_text(obj))
+}
+
+fn endpoints_text(obj: &EndpointsObject) -> String {
     match obj {
-        EndpointsObject::Endpoints(e) => serde_json::to_value(e).unwrap_or(Value::Null),
-        EndpointsObject::Slice(s) => serde_json::to_value(s).unwrap_or(Value::Null),
+        EndpointsObject::Endpoints(e) => serde_json::to_string(e),
+        EndpointsObject::Slice(s) => serde_json::to_string(s),
     }
+    .unwrap_or_default()
+}
+
+/// An object's text read back as a tree: the model's types are printed one way only,
+/// to text (keys sorted, as a tree prints them), and trees come from that text.
+fn tree(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn printed<T: serde::Serialize>(obj: &T) -> Value {
+    tree(&serde_json::to_string(obj).unwrap_or_default())
 }
 
 /// `params.object`, taken out of the params.
@@ -711,9 +730,7 @@ fn store_ops(prepared: &mut [Prepared]) -> (Vec<OwnedOp>, Vec<Option<usize>>) {
             op_of.push(None);
             continue;
         }
-        // A `Value` always prints; `Display` is the slower way to the same text.
-        let print = |v: Value| serde_json::to_string(&v).unwrap_or_else(|_| v.to_string()).into_boxed_str();
-        let text: Option<Box<str>> = (!p.is_delete()).then(|| print(object_json(p.object())));
+        let text: Option<Box<str>> = (!p.is_delete()).then(|| object_text(p.object()).into_boxed_str());
         if let Some(t) = &text {
             p.set_text(t);
         }
@@ -803,10 +820,15 @@ fn store_kind_of(obj: &Object) -> Kind {
 }
 
 pub fn object_json(obj: &Object) -> Value {
+    tree(&object_text(obj))
+}
+
+/// An object's JSON text, as the store keeps it.
+pub fn object_text(obj: &Object) -> String {
     match obj {
-        Object::Service(s) => serde_json::to_value(s).unwrap_or(Value::Null),
-        Object::Endpoints(e) => endpoints_json(e),
-        Object::Node(n) => serde_json::to_value(n).unwrap_or(Value::Null),
+        Object::Service(s) => serde_json::to_string(s).unwrap_or_default(),
+        Object::Endpoints(e) => endpoints_text(e),
+        Object::Node(n) => serde_json::to_string(n).unwrap_or_default(),
     }
 }
 
@@ -841,6 +863,7 @@ mod tests {
 
     use super::*;
     use crate::config::PortRange;
+    use crate::model::Service;
     use crate::store::IoStep;
 
     fn stamp(n: u32) -> Stamp {

@@ -3,6 +3,12 @@
 //!
 //! Unknown fields are ignored on input; known fields round-trip with Kubernetes' JSON
 //! names so objects read back look like Kubernetes objects.
+//!
+//! Each type declares its fields in the byte order of their JSON names, so that the one
+//! printer, serde_json's compact one straight from the typed object, writes keys sorted:
+//! the text a `serde_json::Value` prints, which the store has always kept. Trees for
+//! replies are read back from that text, so the model's serializers are compiled in once
+//! (`parse::tests::objects_print_as_their_trees_print` checks the order).
 
 pub mod error;
 mod jsonpath;
@@ -26,23 +32,23 @@ pub use smallmap::SmallMap;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub annotations: SmallMap,
+    /// `null` in what `kubectl --dry-run=client` prints; filled in when stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
+    pub labels: SmallMap,
     #[serde(default)]
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generation: Option<i64>,
-    /// `null` in what `kubectl --dry-run=client` prints; filled in when stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub creation_timestamp: Option<String>,
-    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
-    pub labels: SmallMap,
-    #[serde(default, skip_serializing_if = "SmallMap::is_empty")]
-    pub annotations: SmallMap,
+    pub uid: Option<String>,
 }
 
 impl ObjectMeta {
@@ -130,22 +136,12 @@ pub struct Service {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServiceSpec {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<ServicePort>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<SmallMap>,
-    /// `ClusterIP` (default), `NodePort`, `LoadBalancer`, `ExternalName`.
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
-    pub type_: Option<String>,
+    pub allocate_load_balancer_node_ports: Option<bool>,
     #[serde(default, rename = "clusterIP", skip_serializing_if = "Option::is_none")]
     pub cluster_ip: Option<String>,
     #[serde(default, rename = "clusterIPs", skip_serializing_if = "Vec::is_empty")]
     pub cluster_ips: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ip_families: Vec<String>,
-    /// `SingleStack`, `PreferDualStack`, `RequireDualStack`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ip_family_policy: Option<String>,
     #[serde(default, rename = "externalIPs", skip_serializing_if = "Vec::is_empty")]
     pub external_ips: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -153,46 +149,56 @@ pub struct ServiceSpec {
     /// `Cluster` (default) or `Local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_traffic_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_node_port: Option<i64>,
     /// `Cluster` (default) or `Local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub internal_traffic_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ip_families: Vec<String>,
+    /// `SingleStack`, `PreferDualStack`, `RequireDualStack`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub health_check_node_port: Option<i64>,
+    pub ip_family_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancer_class: Option<String>,
+    #[serde(default, rename = "loadBalancerIP", skip_serializing_if = "Option::is_none")]
+    pub load_balancer_ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub load_balancer_source_ranges: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<ServicePort>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub publish_not_ready_addresses: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<SmallMap>,
     /// `None` (default) or `ClientIP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_affinity: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_affinity_config: Option<SessionAffinityConfig>,
-    #[serde(default, rename = "loadBalancerIP", skip_serializing_if = "Option::is_none")]
-    pub load_balancer_ip: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub load_balancer_source_ranges: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_balancer_class: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub allocate_load_balancer_node_ports: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub publish_not_ready_addresses: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traffic_distribution: Option<String>,
+    /// `ClusterIP` (default), `NodePort`, `LoadBalancer`, `ExternalName`.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ServicePort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_port: Option<i64>,
+    #[serde(default)]
+    pub port: i64,
     /// `TCP` (default), `UDP`, `SCTP`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
-    #[serde(default)]
-    pub port: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_port: Option<IntOrString>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_port: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub app_protocol: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,9 +233,9 @@ pub struct LoadBalancerStatus {
 #[serde(rename_all = "camelCase")]
 pub struct LoadBalancerIngress {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ip: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
 }
 
 /// core/v1 Endpoints.
@@ -260,9 +266,9 @@ pub struct EndpointSubset {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointAddress {
-    pub ip: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    pub ip: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
 }
@@ -272,13 +278,13 @@ pub struct EndpointAddress {
 #[serde(rename_all = "camelCase")]
 pub struct EndpointPort {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_protocol: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub app_protocol: Option<String>,
 }
 
 /// discovery.k8s.io/v1 EndpointSlice. Linked to its Service by the
@@ -286,17 +292,17 @@ pub struct EndpointPort {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EndpointSlice {
+    /// `IPv4`, `IPv6` or `FQDN`.
+    #[serde(default)]
+    pub address_type: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
+    #[serde(default)]
+    pub endpoints: Vec<SliceEndpoint>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     #[serde(default)]
     pub metadata: ObjectMeta,
-    /// `IPv4`, `IPv6` or `FQDN`.
-    #[serde(default)]
-    pub address_type: String,
-    #[serde(default)]
-    pub endpoints: Vec<SliceEndpoint>,
     #[serde(default)]
     pub ports: Vec<EndpointPort>,
 }

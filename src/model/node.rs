@@ -45,11 +45,11 @@ pub struct NodeStatus {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeAddress {
+    #[serde(default)]
+    pub address: String,
     /// `InternalIP`, `ExternalIP`, `Hostname`, `InternalDNS`, `ExternalDNS`.
     #[serde(default, rename = "type")]
     pub type_: String,
-    #[serde(default)]
-    pub address: String,
 }
 
 impl Node {

@@ -80,14 +80,21 @@ impl AnyObject {
             AnyObject::EndpointSlice(e) => Some(EndpointsObject::Slice(e)),
         }
     }
-    pub fn to_json(&self) -> Value {
-        let v = match self {
-            AnyObject::Service(o) => serde_json::to_value(o),
-            AnyObject::Endpoints(o) => serde_json::to_value(o),
-            AnyObject::EndpointSlice(o) => serde_json::to_value(o),
-            AnyObject::Node(o) => serde_json::to_value(o),
+    /// The object's JSON text, as the store keeps it and the API sends it (keys sorted,
+    /// no whitespace: [`super`]'s types declare their fields in that order).
+    pub fn to_text(&self) -> String {
+        let t = match self {
+            AnyObject::Service(o) => serde_json::to_string(o),
+            AnyObject::Endpoints(o) => serde_json::to_string(o),
+            AnyObject::EndpointSlice(o) => serde_json::to_string(o),
+            AnyObject::Node(o) => serde_json::to_string(o),
         };
-        v.unwrap_or(Value::Null)
+        t.unwrap_or_default()
+    }
+    /// The object as a tree, read back from [`Self::to_text`]: one printer for the
+    /// model's types in the binary.
+    pub fn to_json(&self) -> Value {
+        serde_json::from_str(&self.to_text()).unwrap_or(Value::Null)
     }
 }
 
@@ -207,19 +214,21 @@ fn parse_single(mut value: Value, list_item_kind: Option<&'static str>) -> Resul
     if let Some(m) = value.as_object_mut() {
         m.insert("kind".into(), Value::String(kind.clone()));
     }
-    Ok(match kind.as_str() {
-        "Service" => AnyObject::Service(typed::<Service>(&kind, value)?.compacted()),
-        "Endpoints" => AnyObject::Endpoints(typed::<Endpoints>(&kind, value)?.compacted()),
-        "Node" => AnyObject::Node(typed(&kind, value)?),
-        _ => AnyObject::EndpointSlice(typed::<EndpointSlice>(&kind, value)?.compacted()),
-    })
+    // Deserialized with the failing field's path in the message, as the API server's
+    // `json: cannot unmarshal ... into Go struct field ...` does.
+    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let text = serde_json::to_string(&value).map_err(|e| invalid(e.to_string()))?;
+    typed_text(&kind, &text).map_err(|e| invalid(format!("{kind} {} is invalid: {e}", q(name))))
 }
 
-/// Deserializes with the failing field's path in the message, as the API server's
-/// `json: cannot unmarshal ... into Go struct field ...` does.
-fn typed<T: DeserializeOwned>(kind: &str, value: Value) -> Result<T, ApiError> {
-    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-    decode(value).map_err(|e| invalid(format!("{kind} {} is invalid: {e}", q(&name))))
+/// The object of a kind nodeportd serves, decoded from its text.
+fn typed_text(kind: &str, text: &str) -> Result<AnyObject, String> {
+    Ok(match kind {
+        "Service" => AnyObject::Service(decode_str::<Service>(text)?.compacted()),
+        "Endpoints" => AnyObject::Endpoints(decode_str::<Endpoints>(text)?.compacted()),
+        "Node" => AnyObject::Node(decode_str(text)?),
+        _ => AnyObject::EndpointSlice(decode_str::<EndpointSlice>(text)?.compacted()),
+    })
 }
 
 /// Every typed decode of an object (requests, state files, replies in nodeportctl) goes
@@ -234,16 +243,19 @@ pub fn decode<T: DeserializeOwned>(value: Value) -> Result<T, String> {
 /// `spec.ports[0].port: invalid type: ...` (serde_json's `at line L column C` becomes
 /// the path, [`super::jsonpath`]).
 pub fn decode_str<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_json::from_str(text).map_err(|e| {
-        let msg = e.to_string();
-        if e.line() == 0 {
-            return msg;
-        }
-        let at = format!(" at line {} column {}", e.line(), e.column());
-        let msg = msg.strip_suffix(&at).unwrap_or(&msg);
-        let path = super::jsonpath::path_at(text, super::jsonpath::offset_of(text, e.line(), e.column()));
-        format!("{path}: {msg}")
-    })
+    serde_json::from_str(text).map_err(|e| type_error(text, &e))
+}
+
+/// [`decode_str`]'s message (not generic: once in the binary).
+fn type_error(text: &str, e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    if e.line() == 0 {
+        return msg;
+    }
+    let at = format!(" at line {} column {}", e.line(), e.column());
+    let msg = msg.strip_suffix(&at).unwrap_or(&msg);
+    let path = super::jsonpath::path_at(text, super::jsonpath::offset_of(text, e.line(), e.column()));
+    format!("{path}: {msg}")
 }
 
 #[cfg(test)]
@@ -255,6 +267,62 @@ mod tests {
         let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// Every field of every type set, so that each one's place in the text is checked.
+    fn every_field() -> Vec<Value> {
+        let meta = json!({"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "1", "generation": 2,
+            "creationTimestamp": "2026-11-20T08:15:02Z", "labels": {"b": "1", "a": "2"}, "annotations": {"z": "", "y": "x"}});
+        let port = json!({"name": "p", "protocol": "TCP", "appProtocol": "http", "port": 8080});
+        vec![
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": meta,
+                "spec": {"ports": [{"name": "h", "protocol": "TCP", "port": 80, "targetPort": "web", "nodePort": 30080, "appProtocol": "http"},
+                                   {"port": 81, "targetPort": 8081}],
+                    "selector": {"app": "a"}, "type": "LoadBalancer", "clusterIP": "198.19.0.1", "clusterIPs": ["198.19.0.1"],
+                    "ipFamilies": ["IPv4"], "ipFamilyPolicy": "SingleStack", "externalIPs": ["198.18.0.9"], "externalName": "x",
+                    "externalTrafficPolicy": "Local", "internalTrafficPolicy": "Local", "healthCheckNodePort": 30999,
+                    "sessionAffinity": "ClientIP", "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 60}},
+                    "loadBalancerIP": "198.18.0.8", "loadBalancerSourceRanges": ["198.18.0.0/24"], "loadBalancerClass": "c",
+                    "allocateLoadBalancerNodePorts": true, "publishNotReadyAddresses": false, "trafficDistribution": "PreferClose"},
+                "status": {"loadBalancer": {"ingress": [{"ip": "198.18.0.7", "hostname": "h"}]}}}),
+            json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": meta, "subsets": [{
+                "addresses": [{"ip": "198.18.0.1", "hostname": "h", "nodeName": "n"}],
+                "notReadyAddresses": [{"ip": "198.18.0.2"}], "ports": [port]}]}),
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice", "metadata": meta, "addressType": "IPv4",
+                "endpoints": [{"addresses": ["198.18.0.1"], "conditions": {"ready": true, "serving": true, "terminating": false},
+                    "hostname": "h", "nodeName": "n", "zone": "z"}], "ports": [port]}),
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": meta, "spec": {"podCIDR": "fd00::/64", "podCIDRs": ["fd00::/64"]},
+                "status": {"addresses": [{"type": "InternalIP", "address": "198.18.0.1"}]}}),
+        ]
+    }
+
+    /// The model's types print straight to text, in the order of their fields: that
+    /// text must be the one a tree prints (keys sorted), which the store has always kept.
+    #[test]
+    fn objects_print_as_their_trees_print() {
+        let mut docs = every_field();
+        for f in ["list-server.json", "svc-loadbalancer.json", "svc-externalname.json", "endpointslice-web.json"] {
+            docs.push(fixture(f));
+        }
+        for doc in docs {
+            for obj in parse_object(doc.clone()).unwrap() {
+                let text = obj.to_text();
+                let tree = match &obj {
+                    AnyObject::Service(o) => serde_json::to_value(o),
+                    AnyObject::Endpoints(o) => serde_json::to_value(o),
+                    AnyObject::EndpointSlice(o) => serde_json::to_value(o),
+                    AnyObject::Node(o) => serde_json::to_value(o),
+                }
+                .unwrap();
+                assert_eq!(text, tree.to_string(), "{doc}");
+                assert_eq!(obj.to_json(), tree);
+            }
+        }
+        // Every field is set above: nothing printed is left out of the check.
+        let printed: Vec<String> = every_field().into_iter().map(|d| parse_object(d).unwrap()[0].to_text()).collect();
+        for (doc, text) in every_field().iter().zip(&printed) {
+            assert_eq!(&serde_json::from_str::<Value>(text).unwrap(), doc, "a field of {text} is not printed");
+        }
     }
 
     #[test]

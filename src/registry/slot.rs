@@ -103,9 +103,10 @@ impl<T: Serialize + DeserializeOwned + Default + Meta> Slot<T> {
         if Arc::strong_count(t) > 1 {
             return false;
         }
-        // Through a `Value`: the store and the API print objects that way, so no second
-        // copy of the model's serializers is compiled in (11 KB of mipsel flash).
-        match serde_json::to_value(&**t).and_then(|v| serde_json::to_string(&v)) {
+        // Straight to text: the store and the API print objects that way (keys sorted, by
+        // the order of the model's fields), so one copy of the model's serializers is
+        // compiled in.
+        match serde_json::to_string(&**t) {
             Ok(s) => {
                 *self = Slot::Text(Squeezed::new(&s), annotations);
                 true

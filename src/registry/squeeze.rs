@@ -4,7 +4,8 @@
 //! A stored object's text is mostly its schema: of a typical Service's ~550 bytes, ~400
 //! are field names and usual values (`"internalTrafficPolicy":"Cluster"`), and of an
 //! EndpointSlice's, each endpoint repeats `"conditions":{"ready":true,…}`. The texts come
-//! from one printer (a `serde_json::Value`: keys sorted, no whitespace), so they repeat the
+//! from one printer (serde_json's compact one, keys sorted: the model declares its fields
+//! in that order, `model::parse::tests::objects_print_as_their_trees_print`), so they repeat the
 //! same runs in the same order, and a dictionary of those runs takes a squeezed text to
 //! about a third of its length. Pure and O(the text's length) both ways.
 //!
