@@ -4,6 +4,7 @@
 //! (`/etc/config/nodeportd`, see `uci`). Every key is optional; unknown keys and bad
 //! values are errors that name the key and the value.
 
+mod toml_out;
 pub mod uci;
 
 use std::fmt;
@@ -11,7 +12,9 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+#[cfg(test)]
+use serde::Serialize;
 
 pub const DEFAULT_CONFIG: &str = "/etc/nodeportd/nodeportd.toml";
 pub const DEFAULT_SOCKET: &str = "/var/run/nodeportd/nodeportd.sock";
@@ -35,7 +38,8 @@ fn bad(key: &str, value: impl fmt::Display, why: impl fmt::Display) -> ConfigErr
 }
 
 /// The file as written: every key optional, unknown keys refused.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
     pub node_name: Option<String>,
@@ -74,7 +78,7 @@ impl<'de> Deserialize<'de> for RawCluster {
     }
 }
 
-#[cfg(not(feature = "cluster"))]
+#[cfg(all(test, not(feature = "cluster")))]
 impl Serialize for RawCluster {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -94,7 +98,8 @@ pub const NO_CLUSTER_MODE: &str =
 
 /// `[cluster]`: the API server to mirror (docs/cluster.md).
 #[cfg(feature = "cluster")]
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct RawCluster {
     pub server: Option<String>,
@@ -223,8 +228,53 @@ impl ClusterConfig {
     }
 }
 
+impl RawConfig {
+    /// The keys that are set, in the order of the fields, as `toml::to_string` wrote them.
+    fn to_toml(&self) -> String {
+        let mut d = toml_out::Doc::default();
+        d.str("node_name", self.node_name.as_deref());
+        match &self.node_ip {
+            Some(OneOrMany::One(s)) => d.str("node_ip", Some(s)),
+            Some(OneOrMany::Many(v)) => d.strs("node_ip", Some(v)),
+            None => {}
+        }
+        d.str("socket", self.socket.as_deref());
+        d.str("socket_group", self.socket_group.as_deref());
+        d.str("state_dir", self.state_dir.as_deref());
+        d.str("service_node_port_range", self.service_node_port_range.as_deref());
+        d.strs("service_cluster_ip_ranges", self.service_cluster_ip_ranges.as_deref());
+        d.strs("nodeport_addresses", self.nodeport_addresses.as_deref());
+        d.str("table", self.table.as_deref());
+        d.int("masquerade_bit", self.masquerade_bit);
+        d.int("ct_mark_bit", self.ct_mark_bit);
+        d.str("status_led", self.status_led.as_deref());
+        d.str("log_level", self.log_level.as_deref());
+        d.int("max_request_bytes", self.max_request_bytes);
+        d.int("max_connections", self.max_connections);
+        d.int("idle_timeout_seconds", self.idle_timeout_seconds);
+        d.int("resync_interval_seconds", self.resync_interval_seconds);
+        d.str("ubus", self.ubus.as_deref());
+        d.bool("pod_routes", self.pod_routes);
+        #[cfg(feature = "cluster")]
+        if let Some(c) = &self.cluster {
+            d.table("cluster");
+            d.str("server", c.server.as_deref());
+            d.str("ca_file", c.ca_file.as_deref());
+            d.str("token_file", c.token_file.as_deref());
+            d.str("cert_file", c.cert_file.as_deref());
+            d.str("key_file", c.key_file.as_deref());
+            d.strs("namespaces", c.namespaces.as_deref());
+            d.str("label_selector", c.label_selector.as_deref());
+            d.int("watch_timeout_seconds", c.watch_timeout_seconds);
+            d.int("request_timeout_seconds", c.request_timeout_seconds);
+        }
+        d.finish()
+    }
+}
+
 /// `node_ip = "198.18.0.1"` or `node_ip = ["198.18.0.1", "2001:db8::1"]`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
 #[serde(untagged)]
 pub enum OneOrMany {
     One(String),
@@ -561,7 +611,12 @@ impl Config {
 
     /// The effective configuration as TOML (what `--check-config` prints).
     pub fn to_toml(&self) -> String {
-        let raw = RawConfig {
+        self.effective().to_toml()
+    }
+
+    /// The effective configuration, every key set.
+    fn effective(&self) -> RawConfig {
+        RawConfig {
             node_name: Some(self.node_name.clone()),
             node_ip: if self.node_ips.is_empty() {
                 None
@@ -589,8 +644,7 @@ impl Config {
             #[cfg(not(feature = "cluster"))]
             cluster: None,
             pod_routes: Some(self.pod_routes),
-        };
-        toml::to_string(&raw).unwrap_or_else(|e| format!("# cannot render the config: {e}\n"))
+        }
     }
 
     pub fn masquerade_mark(&self) -> u32 {
@@ -621,6 +675,30 @@ fn toml_error(e: &toml::de::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `--check-config` prints what `toml::to_string` printed before it was replaced.
+    #[test]
+    fn the_printed_config_is_what_the_toml_crate_prints() {
+        let texts = [
+            "",
+            "node_ip = \"198.18.0.1\"\nsocket_group = \"np\\\"x\"\nstatus_led = \"green:wan\"",
+            "node_ip = [\"198.18.0.1\", \"2001:db8::1\"]\nnodeport_addresses = [\"198.18.0.0/15\", \"iface:wan\"]",
+        ];
+        for t in texts {
+            let raw = Config::from_toml(t).unwrap().effective();
+            let (mine, theirs) = (raw.to_toml(), toml::to_string(&raw).unwrap());
+            // A string with a quote in it: the toml crate writes it as a literal string.
+            if t.contains("\\\"") {
+                assert_eq!(toml::from_str::<toml::Table>(&mine).unwrap(), toml::from_str::<toml::Table>(&theirs).unwrap());
+                assert!(mine.contains(r#"socket_group = "np\"x""#), "{mine}");
+            } else {
+                assert_eq!(mine, theirs, "{t}");
+            }
+        }
+        let mut raw = Config::from_toml("").unwrap().effective();
+        raw.node_ip = Some(OneOrMany::One("198.18.0.1".into()));
+        assert_eq!(raw.to_toml(), toml::to_string(&raw).unwrap());
+    }
 
     #[test]
     fn defaults_are_valid_and_match_the_contract() {
@@ -732,6 +810,7 @@ mod tests {
         assert_eq!(k.namespaces, vec!["shop", "web"]);
         assert_eq!((k.watch_timeout_seconds, k.request_timeout_seconds), (300, 30));
         assert_eq!(Config::from_toml(&c.to_toml()).unwrap().cluster, c.cluster);
+        assert_eq!(c.to_toml(), toml::to_string(&c.effective()).unwrap());
         let cert = Config::from_toml(
             "[cluster]\nserver = \"https://k8s\"\nca_file = \"/ca\"\ncert_file = \"/c\"\nkey_file = \"/k\"\n",
         )
