@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod dataplane;
 pub mod fxhash;
 pub mod healthcheck;
+pub mod jsontext;
 pub mod led;
 pub mod logging;
 pub mod model;

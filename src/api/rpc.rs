@@ -39,12 +39,66 @@ impl From<ApiError> for RpcError {
 }
 
 /// A well-formed request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct Request {
     /// `None` for a notification (no `id`): no response is sent.
     pub id: Option<Value>,
     pub method: String,
-    pub params: Value,
+    pub params: Params,
+}
+
+/// A request's params: an object. An `objects.apply`'s `params.objects` may be taken
+/// out of it as each item's JSON text, so that the objects are decoded straight from
+/// their text, never built as a tree ([`parse_request`]).
+#[derive(Debug, Default)]
+pub struct Params {
+    pub value: Value,
+    pub objects: Option<Vec<Box<str>>>,
+}
+
+impl From<Value> for Params {
+    fn from(value: Value) -> Self {
+        Params { value, objects: None }
+    }
+}
+
+impl Params {
+    /// The params as one object again, `objects` in it.
+    pub fn into_value(self) -> Value {
+        let mut value = self.value;
+        if let (Some(objects), Value::Object(map)) = (self.objects, &mut value) {
+            let items = objects.iter().map(|o| serde_json::from_str(o).unwrap_or(Value::Null)).collect();
+            map.insert("objects".into(), Value::Array(items));
+        }
+        value
+    }
+}
+
+/// An `objects.apply` request as it usually comes, read with its objects left as text:
+/// `id` a string or number, `jsonrpc` "2.0", `params.objects` an array. Anything else
+/// is `None` and goes the tree's way, which has every error message.
+fn objects_apply(text: &str) -> Option<Request> {
+    use crate::jsontext::{elements, get, members, plain_str, valid};
+    if !valid(text) {
+        return None;
+    }
+    let r = members(text)?;
+    if plain_str(get(&r, "jsonrpc")?)? != "2.0" || plain_str(get(&r, "method")?)? != "objects.apply" {
+        return None;
+    }
+    let id: Value = serde_json::from_str(get(&r, "id")?).ok()?;
+    if !(id.is_string() || id.is_number()) {
+        return None;
+    }
+    let p = members(get(&r, "params")?)?;
+    let objects = elements(get(&p, "objects")?)?;
+    // The other params (`brief`) as a tree.
+    let mut value = serde_json::Map::new();
+    for (k, v) in p.into_iter().filter(|(k, _)| *k != "objects") {
+        value.insert(k.into(), serde_json::from_str(v).ok()?);
+    }
+    let params = Params { value: Value::Object(value), objects: Some(objects.into_iter().map(Box::from).collect()) };
+    Some(Request { id: Some(id), method: "objects.apply".into(), params })
 }
 
 /// Parse one line. On failure, the error response to send (with `id` when known).
@@ -52,6 +106,16 @@ pub fn parse_request(line: &[u8]) -> Result<Request, (Value, RpcError)> {
     // One UTF-8 check of the line, then a parse that need not check every string again.
     let text = std::str::from_utf8(line)
         .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: not UTF-8: {e}"))))?;
+    if text.contains("\"objects.apply\"") {
+        if let Some(r) = objects_apply(text) {
+            return Ok(r);
+        }
+    }
+    parse_tree(text)
+}
+
+/// [`parse_request`] through a tree of the whole request.
+fn parse_tree(text: &str) -> Result<Request, (Value, RpcError)> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| (Value::Null, RpcError::new(PARSE_ERROR, format!("parse error: {e}"))))?;
     let Value::Object(mut obj) = v else {
@@ -92,7 +156,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, (Value, RpcError)> {
             return Err((id_for_err, RpcError::new(INVALID_PARAMS, format!("params must be an object, got {other}"))));
         }
     };
-    Ok(Request { id, method, params })
+    Ok(Request { id, method, params: params.into() })
 }
 
 /// A JSON object of these members, moved in. (`json!` would copy every member value
@@ -144,7 +208,7 @@ mod tests {
     #[test]
     fn missing_params_mean_empty_object() {
         let r = parse_request(br#"{"jsonrpc":"2.0","id":"a","method":"status"}"#).unwrap();
-        assert_eq!(r.params, json!({}));
+        assert_eq!(r.params.value, json!({}));
     }
 
     #[test]
@@ -158,6 +222,58 @@ mod tests {
         assert_eq!(parse_request(br#"{"jsonrpc":"2.0","id":1,"method":5}"#).unwrap_err().1.code, INVALID_REQUEST);
         let (id, e) = parse_request(br#"{"jsonrpc":"2.0","id":3,"method":"x","params":[1]}"#).unwrap_err();
         assert_eq!((id, e.code), (json!(3), INVALID_PARAMS));
+    }
+
+    /// A request as the tree's way reads it, objects included.
+    fn by_tree(line: &str) -> Result<(Option<Value>, String, Value), (Value, RpcError)> {
+        parse_tree(line).map(|r| (r.id, r.method, r.params.into_value()))
+    }
+
+    #[test]
+    fn an_objects_apply_keeps_its_objects_as_text_and_means_what_its_tree_means() {
+        let svc = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}}"#;
+        let fast = [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":{{"objects":[{svc}, 5 ,{svc}]}}}}"#),
+            r#" { "params" : { "brief" : true , "objects" : [ ] , "x": {"y":[1]} }, "method":"objects.apply","id":"q","jsonrpc":"2.0"} "#.to_string(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":2,"method":"objects.apply","params":{{"objects":[{svc}],"brief":"no"}},"extra":[{{}}]}}"#
+            ),
+            // Repeated keys: the last wins, as in a tree.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"status","method":"objects.apply","params":{{"objects":[1],"objects":[{svc}]}}}}"#
+            ),
+        ];
+        for line in &fast {
+            let r = objects_apply(line).unwrap_or_else(|| panic!("{line}: not read as text"));
+            assert!(r.params.objects.is_some());
+            let got = parse_request(line.as_bytes()).map(|r| (r.id, r.method, r.params.into_value()));
+            assert_eq!(got, by_tree(line), "{line}");
+        }
+        let tree = [
+            // A notification, a null or odd id, another method last, escapes, bad params.
+            format!(r#"{{"jsonrpc":"2.0","method":"objects.apply","params":{{"objects":[{svc}]}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":null,"method":"objects.apply","params":{{"objects":[{svc}]}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":[1],"method":"objects.apply","params":{{"objects":[{svc}]}}}}"#),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"objects.apply","method":"status","params":{{"objects":[{svc}]}}}}"#
+            ),
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.apply","metho\u0064":"status","params":{"objects":[]}}"#
+                .to_string(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.\u0061pply","params":{"objects":[]}}"#.to_string(),
+            r#"{"jsonrpc":"1.0","id":1,"method":"objects.apply","params":{"objects":[]}}"#.to_string(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":{{"objects":{svc}}}}}"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":{"brief":true}}"#.to_string(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":[{svc}]}}"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":null}"#.to_string(),
+            // Not JSON, in a member the fast way would not read.
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":{"objects":[]},"x":tru}"#.to_string(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"objects.apply","params":{"objects":[{"a":}]}}"#.to_string(),
+        ];
+        for line in &tree {
+            assert!(objects_apply(line).is_none(), "{line}: read as text");
+            let got = parse_request(line.as_bytes()).map(|r| (r.id, r.method, r.params.into_value()));
+            assert_eq!(got, by_tree(line), "{line}");
+        }
     }
 
     #[test]

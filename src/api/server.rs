@@ -36,12 +36,12 @@ pub type Reply = Result<Value, RpcError>;
 
 /// What the server calls for each request; runs on the event loop's thread. The future
 /// lets a call wait (for a durable write, say) while other connections are served.
-pub type Handler = Rc<dyn Fn(&str, Value, &PeerCred) -> LocalBoxFuture<'static, Reply>>;
+pub type Handler = Rc<dyn Fn(&str, rpc::Params, &PeerCred) -> LocalBoxFuture<'static, Reply>>;
 
 /// A handler whose every answer is ready at once.
 pub fn sync_handler(f: impl Fn(&str, Value, &PeerCred) -> Reply + 'static) -> Handler {
-    Rc::new(move |m: &str, p: Value, c: &PeerCred| {
-        let r = f(m, p, c);
+    Rc::new(move |m: &str, p: rpc::Params, c: &PeerCred| {
+        let r = f(m, p.into_value(), c);
         Box::pin(async move { r }) as LocalBoxFuture<'static, Reply>
     })
 }

@@ -229,8 +229,16 @@ fn print_items(
 /// lacks, unless an object failed (as kubectl does not prune after an error).
 fn apply(socket: &str, file: &str, json_out: bool, prune: bool) -> Result<(), String> {
     let text = read_source(file)?;
-    let doc = input::parse_document(&text).map_err(|e| format!("error: {file}: {e}"))?;
-    let mut objects = parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?;
+    // A JSON List of objects is decoded straight from its text; anything else (YAML,
+    // other kinds, errors) through a tree, as the daemon does.
+    let fast = crate::jsontext::valid(&text).then(|| crate::model::objects_of_text(&text)).flatten();
+    let mut objects = match fast {
+        Some(objects) => objects,
+        None => {
+            let doc = input::parse_document(&text).map_err(|e| format!("error: {file}: {e}"))?;
+            parse_object(doc).map_err(|e| format!("error: {file}: {e}"))?
+        }
+    };
     if objects.is_empty() {
         return Err(format!("error: no objects passed to apply ({file})"));
     }

@@ -9,17 +9,18 @@ use serde_json::{json, Value};
 
 use super::clock;
 use super::State;
-use crate::api::rpc::{object, opt_str_param, str_param, RpcError};
+use crate::api::rpc::{object, opt_str_param, str_param, Params, RpcError};
 use crate::api::server::method_not_found;
-use crate::model::{parse_object, AnyObject, ApiError, EndpointsObject, SERVICE_NAME_LABEL};
+use crate::model::{parse_object, parse_object_text, AnyObject, ApiError, EndpointsObject, SERVICE_NAME_LABEL};
 use crate::registry::{Action, EndpointsKind, Object, ObjectRef, Prepared, Registry, Stamp};
 use crate::store::{Kind, Op, Outcome, OwnedOp, Store};
 
 /// Dispatch one method call. Reads answer at once from memory; writes prepare under a
 /// short borrow, wait for the store thread (other requests are served meanwhile), then
 /// commit. The state is never borrowed across an await.
-pub async fn call(st: Rc<RefCell<State>>, method: String, mut params: Value) -> Result<Value, RpcError> {
+pub async fn call(st: Rc<RefCell<State>>, method: String, params: Params) -> Result<Value, RpcError> {
     let method = method.as_str();
+    let Params { value: mut params, objects } = params;
     let locks = st.borrow().writing.clone();
     // A write waits for its turn before any work on it (a read never does).
     let _turn = match method {
@@ -73,7 +74,7 @@ pub async fn call(st: Rc<RefCell<State>>, method: String, mut params: Value) -> 
         }
         "node.delete" => vec![Ok(Intent::DeleteNode(str_param(&params, "name")?.to_string()))],
         "objects.apply" => {
-            items = objects_param(&mut params)?.into_iter().enumerate().peekable();
+            items = objects_param(&mut params, objects)?.into_iter().enumerate().peekable();
             Vec::new()
         }
         "objects.prune" => {
@@ -319,11 +320,15 @@ impl Drop for KeyGuard {
 /// List of thousands never holds it for long, and its order is kept.
 const OBJECTS_STEP: usize = 64;
 
-/// `objects.apply`'s `params.objects`: an array.
-fn objects_param(params: &mut Value) -> Result<Vec<Value>, RpcError> {
+/// `objects.apply`'s `params.objects`: an array, each item as its JSON text (items that
+/// came as a tree, over ubus, are printed, as decoding them would).
+fn objects_param(params: &mut Value, text: Option<Vec<Box<str>>>) -> Result<Vec<Box<str>>, RpcError> {
     brief_param(params)?;
+    if let Some(items) = text {
+        return Ok(items);
+    }
     match params.get_mut("objects").map(Value::take) {
-        Some(Value::Array(a)) => Ok(a),
+        Some(Value::Array(a)) => Ok(a.iter().map(|v| serde_json::to_string(v).unwrap_or_default().into()).collect()),
         Some(other) => Err(RpcError::invalid_params(format!(
             "params.objects: Invalid value: {}: must be an array of objects",
             truncate(&other.to_string())
@@ -346,21 +351,23 @@ pub fn brief_param(params: &Value) -> Result<bool, RpcError> {
 }
 
 /// Items of `params.objects` (with their index), parsed and validated one by one.
-fn parse_items(items: impl Iterator<Item = (usize, Value)>) -> Vec<Result<Intent, RpcError>> {
+fn parse_items(items: impl Iterator<Item = (usize, Box<str>)>) -> Vec<Result<Intent, RpcError>> {
     let mut out = Vec::new();
     for (i, v) in items {
-        match v {
-            Value::Object(_) => match parse_object(v) {
-                Ok(objs) => out.extend(objs.into_iter().map(|o| match o.validate() {
-                    Ok(()) => Ok(Intent::Apply(o)),
-                    Err(e) => Err(RpcError::from(e)),
-                })),
-                Err(e) => out.push(Err(RpcError::from(e))),
-            },
-            other => out.push(Err(RpcError::invalid_params(format!(
+        if !v.trim_start().starts_with('{') {
+            let shown = serde_json::from_str::<Value>(&v).map_or_else(|_| v.to_string(), |v| v.to_string());
+            out.push(Err(RpcError::invalid_params(format!(
                 "params.objects[{i}]: Invalid value: {}: must be a Kubernetes object",
-                truncate(&other.to_string())
-            )))),
+                truncate(&shown)
+            ))));
+            continue;
+        }
+        match parse_object_text(&v) {
+            Ok(objs) => out.extend(objs.into_iter().map(|o| match o.validate() {
+                Ok(()) => Ok(Intent::Apply(o)),
+                Err(e) => Err(RpcError::from(e)),
+            })),
+            Err(e) => out.push(Err(RpcError::from(e))),
         }
     }
     out

@@ -85,7 +85,7 @@ pub fn spawn<T: Send + Sync + 'static>(
     }
     let handler_state = st.clone();
     let handler: ubus::Call = Rc::new(move |method, params| {
-        Box::pin(super::handlers::call(handler_state.clone(), method.to_string(), params))
+        Box::pin(super::handlers::call(handler_state.clone(), method.to_string(), params.into()))
     });
     tokio::task::spawn_local(ubus::conn::run(setting, handler, queue));
     let st = st.clone();

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{ApiError, Reason};
 pub use key::Key;
 pub use node::{validate_node, Node};
-pub use parse::{parse_and_validate, parse_object, AnyObject};
+pub use parse::{objects_of_text, parse_and_validate, parse_object, parse_object_text, AnyObject};
 pub use smallmap::SmallMap;
 
 /// `metadata` of every object we store.

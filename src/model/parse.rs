@@ -45,6 +45,16 @@ impl AnyObject {
             AnyObject::Node(o) => &o.metadata,
         }
     }
+    /// `kind` and `apiVersion` as decoded.
+    fn type_meta(&self) -> (Option<&str>, Option<&str>) {
+        let (k, a) = match self {
+            AnyObject::Service(o) => (&o.kind, &o.api_version),
+            AnyObject::Endpoints(o) => (&o.kind, &o.api_version),
+            AnyObject::EndpointSlice(o) => (&o.kind, &o.api_version),
+            AnyObject::Node(o) => (&o.kind, &o.api_version),
+        };
+        (k.as_deref(), a.as_deref())
+    }
     pub fn meta_mut(&mut self) -> &mut super::ObjectMeta {
         match self {
             AnyObject::Service(o) => &mut o.metadata,
@@ -140,6 +150,46 @@ pub fn parse_object(value: Value) -> Result<Vec<AnyObject>, ApiError> {
                 .map_err(|e| ApiError::new(e.reason, format!("{kind} items[{i}]: {}", e.message)))
         })
         .collect()
+}
+
+/// [`parse_object`] of a document's JSON text, without building a tree of it when it
+/// is one object or a `List` of objects whose `kind` and `apiVersion` are what
+/// nodeportd serves: each object is decoded straight from its text. Anything else
+/// (other kinds, a repeated key, a type error) goes the tree's way, so results and
+/// error messages are those of [`parse_object`].
+pub fn parse_object_text(text: &str) -> Result<Vec<AnyObject>, ApiError> {
+    if let Some(objs) = objects_of_text(text) {
+        return Ok(objs);
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| invalid(format!("error parsing JSON: {e}")))?;
+    parse_object(value)
+}
+
+/// The fast way of [`parse_object_text`]: `None` where the tree's way must be taken.
+/// `text` must be valid JSON ([`crate::jsontext::valid`]).
+pub fn objects_of_text(text: &str) -> Option<Vec<AnyObject>> {
+    use crate::jsontext::{elements, get, members, plain_str};
+    let head = members(text)?;
+    if plain_str(get(&head, "kind")?)? != "List" {
+        return Some(vec![fast_single(text)?]);
+    }
+    elements(get(&head, "items")?)?.into_iter().map(fast_single).collect()
+}
+
+/// One object whose kind and apiVersion need nothing done to them, decoded from its text.
+/// Only the members up to `kind` and `apiVersion` are looked at first; the typed decode
+/// refuses a repeated key, and must give back the same kind and apiVersion.
+fn fast_single(text: &str) -> Option<AnyObject> {
+    use crate::jsontext::{plain_str, two_members};
+    let (kind, api) = two_members(text, "kind", "apiVersion")?;
+    let kind = plain_str(kind)?;
+    let api = plain_str(api)?;
+    if api != api_version_of(kind)? {
+        return None;
+    }
+    let obj = typed_text(kind, text).ok()?;
+    let (k, a) = obj.type_meta();
+    (k == Some(kind) && a == Some(api)).then_some(obj)
 }
 
 /// [`parse_object`] followed by validation of every object (a Service as a create
@@ -269,6 +319,16 @@ mod tests {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    fn fixture_text(name: &str) -> String {
+        let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// The tree's way, as before the text's way existed.
+    fn by_tree(text: &str) -> Result<Vec<AnyObject>, ApiError> {
+        parse_object(serde_json::from_str(text).unwrap())
+    }
+
     /// Every field of every type set, so that each one's place in the text is checked.
     fn every_field() -> Vec<Value> {
         let meta = json!({"name": "a", "namespace": "n", "uid": "u", "resourceVersion": "1", "generation": 2,
@@ -322,6 +382,90 @@ mod tests {
         let printed: Vec<String> = every_field().into_iter().map(|d| parse_object(d).unwrap()[0].to_text()).collect();
         for (doc, text) in every_field().iter().zip(&printed) {
             assert_eq!(&serde_json::from_str::<Value>(text).unwrap(), doc, "a field of {text} is not printed");
+        }
+    }
+
+    #[test]
+    fn kubectl_output_is_decoded_from_its_text_as_from_a_tree() {
+        for f in [
+            "svc-nodeport-web.json",
+            "svc-clusterip-db.json",
+            "svc-headless.json",
+            "svc-loadbalancer.json",
+            "svc-externalname.json",
+            "endpoints-web.json",
+            "endpointslice-web.json",
+            "list-server.json",
+        ] {
+            let text = fixture_text(f);
+            let fast = objects_of_text(&text).unwrap_or_else(|| panic!("{f}: not decoded from its text"));
+            assert_eq!(fast, by_tree(&text).unwrap(), "{f}");
+            // Compact, as nodeportctl sends objects.
+            let compact = serde_json::from_str::<Value>(&text).unwrap().to_string();
+            assert_eq!(objects_of_text(&compact).unwrap(), fast, "{f}");
+        }
+    }
+
+    #[test]
+    fn what_the_text_cannot_say_goes_the_trees_way_with_the_same_outcome() {
+        let svc = r#""metadata":{"name":"a"},"spec":{"ports":[{"port":80}]}"#;
+        let cases = [
+            // The last of a repeated key wins in a tree; a typed decode refuses it.
+            format!(r#"{{"apiVersion":"v1","kind":"Node","kind":"Service",{svc}}}"#),
+            format!(r#"{{"apiVersion":"v1","kind":"Service",{svc},"spec":{{"ports":[{{"port":81}}]}}}}"#),
+            format!(r#"{{"apiVersion":"v1","kind":"Service","apiVersion":"v2",{svc}}}"#),
+            // Escapes, which only a full parse reads.
+            format!(r#"{{"apiVersion":"v1","kind":"Serv\u0069ce",{svc}}}"#),
+            format!(r#"{{"apiVersion":"v1","k\u0069nd":"Service",{svc}}}"#),
+            // Typed lists, kind or apiVersion missing, wrong, or not strings.
+            format!(r#"{{"apiVersion":"v1","kind":"ServiceList","items":[{{{svc}}}]}}"#),
+            format!(r#"{{"apiVersion":"v1",{svc}}}"#),
+            format!(r#"{{"kind":"Service",{svc}}}"#),
+            format!(r#"{{"apiVersion":"v2","kind":"Service",{svc}}}"#),
+            format!(r#"{{"apiVersion":"v1","kind":7,{svc}}}"#),
+            format!(r#"{{"apiVersion":"v1","kind":"List","items":[{{"kind":"Service",{svc}}}]}}"#),
+            r#"{"apiVersion":"v1","kind":"List","items":null}"#.to_string(),
+            // Type errors: the tree's way names the field.
+            r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":"80"}]}}"#
+                .to_string(),
+            r#"[1]"#.to_string(),
+        ];
+        for text in &cases {
+            assert!(objects_of_text(text).is_none(), "{text}: decoded from its text");
+            assert_eq!(parse_object_text(text), by_tree(text), "{text}");
+        }
+        // The same objects without the repeat are decoded from their text.
+        let text =
+            format!(r#"{{"apiVersion":"v1","kind":"List","items":[{{"apiVersion":"v1","kind":"Service",{svc}}}]}}"#);
+        assert_eq!(objects_of_text(&text).unwrap(), by_tree(&text).unwrap());
+    }
+
+    proptest::proptest! {
+        /// Any Service or EndpointSlice, with fields of any type (values valid or not),
+        /// comes out of its text as out of a tree, or as the same error.
+        #[test]
+        fn any_object_text_parses_as_its_tree(
+            kind in proptest::sample::select(vec!["Service", "EndpointSlice", "Endpoints", "Node"]),
+            name in proptest::prop_oneof![proptest::strategy::Just(json!("a")), proptest::strategy::Just(json!(5)), proptest::strategy::Just(json!("B_"))],
+            port in proptest::prop_oneof![proptest::strategy::Just(json!(80)), proptest::strategy::Just(json!("80")), proptest::strategy::Just(json!(70000)), proptest::strategy::Just(json!(null))],
+            labels in proptest::collection::btree_map("[a-c]{1,2}", "[a-c]{0,2}", 0..3),
+            list in proptest::bool::ANY,
+            pretty in proptest::bool::ANY,
+        ) {
+            let api = api_version_of(kind).unwrap();
+            let obj = json!({"apiVersion": api, "kind": kind,
+                "metadata": {"name": name, "namespace": "n", "labels": labels},
+                "spec": {"ports": [{"port": port}], "type": "NodePort"},
+                "ports": [{"port": port}], "addressType": "IPv4",
+                "endpoints": [{"addresses": ["198.18.0.1"]}],
+                "subsets": [{"addresses": [{"ip": "198.18.0.1"}], "ports": [{"port": port}]}]});
+            let doc = if list { json!({"apiVersion": "v1", "kind": "List", "items": [obj.clone(), obj]}) } else { obj };
+            let text = if pretty { serde_json::to_string_pretty(&doc).unwrap() } else { doc.to_string() };
+            // Whatever the tree's way decodes, the text's way decodes the same; what it
+            // refuses, the text's way leaves to it.
+            let tree = parse_object(doc);
+            proptest::prop_assert_eq!(objects_of_text(&text), tree.clone().ok());
+            proptest::prop_assert_eq!(parse_object_text(&text), tree);
         }
     }
 
