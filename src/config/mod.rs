@@ -689,7 +689,10 @@ mod tests {
             let (mine, theirs) = (raw.to_toml(), toml::to_string(&raw).unwrap());
             // A string with a quote in it: the toml crate writes it as a literal string.
             if t.contains("\\\"") {
-                assert_eq!(toml::from_str::<toml::Table>(&mine).unwrap(), toml::from_str::<toml::Table>(&theirs).unwrap());
+                assert_eq!(
+                    toml::from_str::<toml::Table>(&mine).unwrap(),
+                    toml::from_str::<toml::Table>(&theirs).unwrap()
+                );
                 assert!(mine.contains(r#"socket_group = "np\"x""#), "{mine}");
             } else {
                 assert_eq!(mine, theirs, "{t}");
