@@ -13,7 +13,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGET_SIZE=1000000
-BUDGET=${NODEPORTD_SIZE_BUDGET:-1856000}
+BUDGET=${NODEPORTD_SIZE_BUDGET:-1855000}
 BUDGET_TRIPLE=mipsel-unknown-linux-musl
 BIN="$ROOT/dist/$BUDGET_TRIPLE/nodeportd"
 
