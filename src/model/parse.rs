@@ -385,18 +385,19 @@ mod tests {
         }
     }
 
+    /// kubectl's output for each kind of Service.
+    const SERVICE_FIXTURES: [&str; 5] = [
+        "svc-nodeport-web.json",
+        "svc-clusterip-db.json",
+        "svc-headless.json",
+        "svc-loadbalancer.json",
+        "svc-externalname.json",
+    ];
+
     #[test]
     fn kubectl_output_is_decoded_from_its_text_as_from_a_tree() {
-        for f in [
-            "svc-nodeport-web.json",
-            "svc-clusterip-db.json",
-            "svc-headless.json",
-            "svc-loadbalancer.json",
-            "svc-externalname.json",
-            "endpoints-web.json",
-            "endpointslice-web.json",
-            "list-server.json",
-        ] {
+        let others = ["endpoints-web.json", "endpointslice-web.json", "list-server.json"];
+        for f in SERVICE_FIXTURES.into_iter().chain(others) {
             let text = fixture_text(f);
             let fast = objects_of_text(&text).unwrap_or_else(|| panic!("{f}: not decoded from its text"));
             assert_eq!(fast, by_tree(&text).unwrap(), "{f}");
@@ -471,13 +472,7 @@ mod tests {
 
     #[test]
     fn kubectl_printed_services_parse_and_validate() {
-        for f in [
-            "svc-nodeport-web.json",
-            "svc-clusterip-db.json",
-            "svc-headless.json",
-            "svc-loadbalancer.json",
-            "svc-externalname.json",
-        ] {
+        for f in SERVICE_FIXTURES {
             let objs = parse_and_validate(fixture(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
             assert_eq!(objs.len(), 1, "{f}");
             assert_eq!(objs[0].kind(), "Service");
