@@ -8,6 +8,12 @@
   report.py COUNTS BINARY FROM TO --callers NAME[,NAME...]
                                              the callers of functions whose names begin
                                              with NAME (needs qprof's calls=)
+  report.py COUNTS BINARY FROM TO --entered-at VADDR
+                                             the blocks that ran just before the block at
+                                             VADDR, by function: with VADDR the guest's TLB
+                                             refill handler (0x80342000 in the mipsel
+                                             guest; its address in calls=), the functions
+                                             whose accesses missed the TLB
 
 BINARY is the unstripped build of the binary the guest ran (the same build: the package
 holds it stripped, with the same addresses). A block is BINARY's when its first
@@ -80,6 +86,7 @@ def main():
     ap.add_argument("window", nargs="*", type=float)
     ap.add_argument("-n", type=int, default=40, help="functions to print")
     ap.add_argument("--callers", help="comma-separated function name prefixes")
+    ap.add_argument("--entered-at", type=lambda s: int(s, 0), help="a block's address (hex)")
     ap.add_argument("--kernel", type=lambda s: int(s, 0), default=0x80000000)
     a = ap.parse_args()
     snaps = read_counts(a.counts)
@@ -102,6 +109,21 @@ def main():
         sys.exit("report.py: give the window as FROM TO")
     lo, hi = a.window
     inside = [s for s in snaps if lo <= s[0] <= hi]
+    if a.entered_at is not None:
+        by = collections.Counter()
+        for _, _, edges in inside:
+            for caller, word, callee, n in edges:
+                if callee == a.entered_at:
+                    if caller >= a.kernel:
+                        by["(kernel)"] += n
+                    elif binary.owns(caller, word):
+                        by[binary.name(caller)] += n
+                    else:
+                        by["(other processes)"] += n
+        print(f"== entered at {a.entered_at:#x}: {sum(by.values())} times")
+        for name, n in by.most_common(a.n):
+            print(f"  {n:10d}  {name[:160]}")
+        return
     if a.callers:
         wanted = a.callers.split(",")
         by = collections.defaultdict(collections.Counter)

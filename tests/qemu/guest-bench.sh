@@ -142,12 +142,16 @@ finish)
 	t4=$((t_exec + answer_ms))
 	t5=$((t_exec + sync_ms))
 	rss_restart=$(rss) hwm_restart=$(hwm)
+	# The daemon's CPU time (user + system, its threads included, 10 ms ticks) against
+	# the wall time it took: the rest of the restart the CPU ran others or idled.
+	cpu_restart=$(($(cut -d' ' -f14 "/proc/$pid/stat") * 10 + $(cut -d' ' -f15 "/proc/$pid/stat") * 10))
+	cpu_split="user $(($(cut -d' ' -f14 "/proc/$pid/stat") * 10)) ms"
 	startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
 	kernel_mib=$(((avail_idle - avail_full) / 1024))
 
 	echo "loaded ${n}x${per}: VmRSS ${rss_full} kB, MemAvailable ${avail_full} kB (${kernel_mib} MiB less than idle), Slab ${slab_idle} -> ${slab_full} kB, ${rules} lines of nft list"
 	echo "applied in ${apply_ms} ms (sum of the batches), then in sync after $((t2 - t1)) ms more (daemon's last sync ${last} ms)"
-	echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon's sync ${last_restart} ms), VmRSS ${rss_restart} kB, peak ${hwm_restart} kB"
+	echo "restart with state: answering after $((t4 - t3)) ms, in sync after $((t5 - t3)) ms (daemon's sync ${last_restart} ms, its CPU ${cpu_restart} ms, ${cpu_split}), VmRSS ${rss_restart} kB, peak ${hwm_restart} kB"
 	# Columns: idle RSS | RSS loaded | start-up | apply | in sync (daemon's sync) |
 	# restart to in sync (daemon's sync) | peak RSS of the restarted daemon (its full
 	# sync) | MemAvailable drop
