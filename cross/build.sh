@@ -238,6 +238,22 @@ if [ "${NP_PANIC_MESSAGES:-0}" = 1 ]; then
     BUILDSTD_SIZE_FLAGS="-C panic=abort"
 fi
 
+# Where std is built from source (the MIPS and armv7 routers), the code the daemon runs
+# most is linked together, ahead of the rest of .text (cross/hot-text.ld, generated from a
+# profile of the emulated mipsel router by benches/qemu-prof/hot-text.py): their cores
+# refill the TLB in software and map few pages at once, and the code a restart runs was
+# spread over a megabyte (docs/benchmarks.md). Legacy symbol mangling gives the script
+# names whose hash it can match with a wildcard. Layout only: the same code, the same size.
+# The script is passed by a path named after its contents: cargo does not track files a
+# link argument names, and a new script must relink.
+hot_text_flags() {
+    local dir="${CARGO_TARGET_DIR:-$ROOT/target}" sum
+    sum=$(sha256sum "$ROOT/cross/hot-text.ld" | cut -c1-16)
+    mkdir -p "$dir"
+    [ -f "$dir/hot-text-$sum.ld" ] || cp "$ROOT/cross/hot-text.ld" "$dir/hot-text-$sum.ld"
+    echo "-Z unstable-options -C symbol-mangling-version=legacy -C link-arg=-Wl,-T,$dir/hot-text-$sum.ld"
+}
+
 build_one() {
     local triple=$1 mode features envp flags start elapsed bin out
     mode=$(mode_of "$triple")
@@ -254,7 +270,7 @@ build_one() {
             need_zig
             need_stable # llvm-objcopy
             # link-self-contained=no: zig brings its own soft-float musl and crt objects.
-            flags="-C target-feature=+crt-static -C link-self-contained=no $SIZE_FLAGS $BUILDSTD_SIZE_FLAGS"
+            flags="-C target-feature=+crt-static -C link-self-contained=no $SIZE_FLAGS $BUILDSTD_SIZE_FLAGS $(hot_text_flags)"
             cargo_args[0]=zigbuild
             log "$triple: cargo +$NIGHTLY zigbuild -Z build-std (RUSTFLAGS: $flags)"
             env "CARGO_TARGET_${envp}_RUSTFLAGS=$flags" \
@@ -298,7 +314,22 @@ build_one() {
     # kernel and debuggers do not need it.
     "$(objcopy_bin)" --strip-all --remove-section=.pdr "$bin" "$out"
     verify_static "$triple" "$out"
+    [ "$mode" = buildstd ] && verify_hot_text "$triple" "$out"
     printf '%s\t%s bytes\t%ss\t%s\n' "$triple" "$(stat -c %s "$out")" "$elapsed" "${out#"$ROOT"/}"
+}
+
+# The hot-text script must still name the code it was made for: a pattern that matches
+# nothing is silently skipped, and a toolchain that renamed everything (another mangling)
+# would leave only the C functions in the section (a few KiB: the layout lost, the build
+# otherwise fine). Its hash-free patterns alone fill ~300 KB on MIPS.
+HOT_TEXT_MIN=65536
+verify_hot_text() {
+    local triple=$1 f=$2 hex
+    hex=$(readelf -SW "$f" | sed -n 's/.* \.text\.hot  *PROGBITS  *[0-9a-f]*  *[0-9a-f]*  *\([0-9a-f]*\) .*/\1/p')
+    if [ -z "$hex" ] || [ "$((16#$hex))" -lt "$HOT_TEXT_MIN" ]; then
+        die "$triple: .text.hot is $((16#${hex:-0})) bytes (under $HOT_TEXT_MIN): cross/hot-text.ld no longer matches this build's functions; regenerate it (benches/qemu-prof/hot-text.py)"
+    fi
+    log "$triple: .text.hot $((16#$hex)) bytes (cross/hot-text.ld)"
 }
 
 verify_static() {
