@@ -242,8 +242,9 @@ fi
 # most is linked together, ahead of the rest of .text (cross/hot-text.ld, generated from a
 # profile of the emulated mipsel router by benches/qemu-prof/hot-text.py): their cores
 # refill the TLB in software and map few pages at once, and the code a restart runs was
-# spread over a megabyte (docs/benchmarks.md). Legacy symbol mangling gives the script
-# names whose hash it can match with a wildcard. Layout only: the same code, the same size.
+# spread over a megabyte (docs/benchmarks.md). The script's patterns leave out the parts
+# of a symbol that change with the checkout's path (v0 mangling's crate hashes). Layout
+# only: the same code, the same size.
 # The script is passed by a path named after its contents: cargo does not track files a
 # link argument names, and a new script must relink.
 hot_text_flags() {
@@ -251,7 +252,7 @@ hot_text_flags() {
     sum=$(sha256sum "$ROOT/cross/hot-text.ld" | cut -c1-16)
     mkdir -p "$dir"
     [ -f "$dir/hot-text-$sum.ld" ] || cp "$ROOT/cross/hot-text.ld" "$dir/hot-text-$sum.ld"
-    echo "-Z unstable-options -C symbol-mangling-version=legacy -C link-arg=-Wl,-T,$dir/hot-text-$sum.ld"
+    echo "-C link-arg=-Wl,-T,$dir/hot-text-$sum.ld"
 }
 
 build_one() {
