@@ -144,8 +144,10 @@ finish)
 	rss_restart=$(rss) hwm_restart=$(hwm)
 	# The daemon's CPU time (user + system, its threads included, 10 ms ticks) against
 	# the wall time it took: the rest of the restart the CPU ran others or idled.
-	cpu_restart=$(($(cut -d' ' -f14 "/proc/$pid/stat") * 10 + $(cut -d' ' -f15 "/proc/$pid/stat") * 10))
-	cpu_split="user $(($(cut -d' ' -f14 "/proc/$pid/stat") * 10)) ms"
+	ticks=$(cut -d' ' -f14,15 "/proc/$pid/stat")
+	utime=${ticks% *} stime=${ticks#* }
+	cpu_restart=$(((utime + stime) * 10))
+	cpu_split="user $((utime * 10)) ms"
 	startup=$(cat /tmp/startup_ms 2>/dev/null || echo "?")
 	kernel_mib=$(((avail_idle - avail_full) / 1024))
 
