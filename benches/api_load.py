@@ -14,9 +14,13 @@ cost of real fsyncs), then measures over persistent Unix-socket connections:
      worker has planned and printed the table); and `status` p50/p99 from a process of
      its own while the command runs.
 
+With --netns (root), the daemon runs without --dry-run in a network namespace the script
+creates and deletes, so every apply and the List are committed to the real kernel
+(ClusterIPs from 198.19.0.0/16, the node's address 198.18.0.1 on a veth link).
+
 Usage:
   benches/api_load.py --bin target/release/nodeportd --state-dir /dev/shm/np-bench \
-      [--seconds 5] [--list 10000] [--clients 1,10,100]
+      [--seconds 5] [--list 10000] [--clients 1,10,100] [--netns]
 Prints one JSON object per measurement, then a markdown table.
 """
 
@@ -80,14 +84,27 @@ def slice_for(name, i):
 
 
 class Daemon:
-    def __init__(self, binary, state_dir, workdir):
+    def __init__(self, binary, state_dir, workdir, netns=None):
         self.sock = os.path.join(workdir, "np.sock")
+        self.netns = netns
         cfg = os.path.join(workdir, "np.toml")
+        if netns:
+            subprocess.run(["ip", "netns", "add", netns], check=True)
+            # A veth pair inside the namespace (not every kernel has the dummy driver).
+            for cmd in (["link", "set", "lo", "up"], ["link", "add", "np0", "type", "veth", "peer", "name", "np1"],
+                        ["addr", "add", "198.18.0.1/24", "dev", "np0"], ["link", "set", "np0", "up"],
+                        ["link", "set", "np1", "up"]):
+                r = subprocess.run(["ip", "-n", netns] + cmd)
+                if r.returncode:
+                    subprocess.run(["ip", "netns", "del", netns])
+                    raise RuntimeError("ip %s failed in %s" % (" ".join(cmd), netns))
+            addrs, cluster, cmd = '["198.18.0.1/32"]', '["198.19.0.0/16"]', ["ip", "netns", "exec", netns, binary]
+        else:
+            addrs, cluster, cmd = '["127.0.0.0/8"]', '["10.96.0.0/12"]', [binary, "--dry-run"]
         with open(cfg, "w") as f:
-            f.write('node_name = "bench"\nnodeport_addresses = ["127.0.0.0/8"]\n'
-                    'service_cluster_ip_ranges = ["10.96.0.0/12"]\nlog_level = "warn"\n')
-        self.p = subprocess.Popen([binary, "--dry-run", "--config", cfg, "--socket", self.sock,
-                                   "--state-dir", state_dir],
+            f.write('node_name = "bench"\nnodeport_addresses = %s\n'
+                    'service_cluster_ip_ranges = %s\nlog_level = "warn"\n' % (addrs, cluster))
+        self.p = subprocess.Popen(cmd + ["--config", cfg, "--socket", self.sock, "--state-dir", state_dir],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while True:
@@ -102,6 +119,8 @@ class Daemon:
     def stop(self):
         self.p.terminate()
         self.p.wait()
+        if self.netns:
+            subprocess.run(["ip", "netns", "del", self.netns])
 
 
 def apply_load(sock, clients, seconds, tag, status_probe=False):
@@ -182,12 +201,14 @@ def main():
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--list", type=int, default=10000)
     ap.add_argument("--clients", default="1,10,100")
+    ap.add_argument("--netns", action="store_true", help="the real kernel, in a namespace of its own")
     a = ap.parse_args()
+    netns = "npal%d" % os.getpid() if a.netns else None
     work = tempfile.mkdtemp(prefix="np-bench-")
     if os.path.exists(a.state_dir):
         shutil.rmtree(a.state_dir)
     results = []
-    d = Daemon(a.bin, a.state_dir, work)
+    d = Daemon(a.bin, a.state_dir, work, netns)
     try:
         for n in [int(x) for x in a.clients.split(",")]:
             rps, lat, _, errors = apply_load(d.sock, n, a.seconds, "k%d" % n)
@@ -208,7 +229,7 @@ def main():
         d.stop()
     if a.list:
         shutil.rmtree(a.state_dir)
-        d = Daemon(a.bin, a.state_dir, work)
+        d = Daemon(a.bin, a.state_dir, work, netns)
         try:
             items = []
             for i in range(a.list):
