@@ -82,9 +82,14 @@ mk_define() {
 	' "$makefile"
 }
 
-# Package/nodeportd's `KEY:=value` lines (SECTION, TITLE, DEPENDS, ...).
+# `KEY:=value` lines of `define Package/NAME` (SECTION, TITLE, DEPENDS, ...).
+pkg_field_of() {
+	mk_define "Package/$1" | sed -n "s/^[[:space:]]*$2:=[[:space:]]*//p"
+}
+
+# The fields both packages share (Package/nodeportd/Default).
 pkg_field() {
-	mk_define Package/nodeportd | sed -n "s/^[[:space:]]*$1:=[[:space:]]*//p"
+	pkg_field_of nodeportd/Default "$1"
 }
 
 # Depends: the `+pkg` entries of DEPENDS, after the buildroot's PKG_FIXUP_DEPENDS
@@ -343,12 +348,14 @@ EOS
 }
 
 # --- the package variant (NODEPORTD_VARIANT) ---------------------------------
-# The buildroot's PROVIDES/CONFLICTS of a variant package: the .ipk gets
-# "Provides: nodeportd" and "Conflicts: nodeportd"; the .apk "provides:
-# nodeportd=VERSION" (package-pack.mk passes no conflicts to apk mkpkg: a
-# versioned provide lets only one package own the name). A build without cluster
-# mode says so in a message (src/daemon/run.rs): such a binary is refused for
-# nodeportd-cluster.
+# Package/nodeportd-cluster of the Makefile, packed as the buildroot packs a
+# variant: its PROVIDES and CONFLICTS (nodeportd) go into the .ipk as
+# "Provides:" and "Conflicts:", into the .apk as "provides: nodeportd=VERSION"
+# (package-pack.mk passes no conflicts to apk mkpkg: a versioned provide lets
+# only one package own the name); its description is the base one (the
+# `$(call Package/nodeportd/description)` line) and its own lines. A build
+# without cluster mode says so in a message (src/daemon/run.rs): such a binary
+# is refused for nodeportd-cluster.
 pkg=nodeportd
 variant_provides=""
 variant_conflicts=""
@@ -357,9 +364,15 @@ case "${NODEPORTD_VARIANT:-}" in
 "") ;;
 cluster)
 	pkg=nodeportd-cluster
-	variant_provides=nodeportd
-	variant_conflicts=nodeportd
-	variant_description="This variant also follows a Kubernetes API server (cluster mode: list and watch over HTTPS)."
+	grep -qx "define Package/$pkg" "$makefile" || die "$makefile has no Package/$pkg"
+	variant_provides=$(pkg_field_of "$pkg" PROVIDES)
+	variant_conflicts=$(pkg_field_of "$pkg" CONFLICTS)
+	# shellcheck disable=SC2016 # make's $(call ...), literally
+	variant_description=$(mk_define "Package/$pkg/description" |
+		grep -vxF '$(call Package/nodeportd/description)' | sed 's/^[[:space:]]*//' | paste -sd' ' -)
+	if [ -z "$variant_provides" ] || [ -z "$variant_description" ]; then
+		die "Package/$pkg in $makefile has no PROVIDES or no description of its own"
+	fi
 	dist="$dist/cluster"
 	;;
 *) die "NODEPORTD_VARIANT '$NODEPORTD_VARIANT' is unknown (known: cluster)" ;;

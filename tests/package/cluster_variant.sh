@@ -141,6 +141,53 @@ check "the packaged nodeportd-cluster binary reads [cluster] (names the missing 
 out=$(timeout 20 "$b/data/usr/sbin/nodeportd" --dry-run --config "$work/c.toml" --log stderr 2>&1)
 check "the base package's binary says it has no cluster mode" grep -q "this build has no cluster mode" <<<"$out"
 
+# --- the feed Makefile, as the buildroot reads it ---
+# Stand-ins for the buildroot's rules.mk, package.mk and the packages feed's
+# rust-package.mk (docs/openwrt.md checks the same with a real buildroot): each
+# BuildPackage prints the package's fields as package.mk evaluates them, and the
+# compile step prints the `cargo install` arguments rust-package.mk would get.
+top="$work/top"
+mkdir -p "$top/include" "$top/feeds/packages/lang/rust"
+# shellcheck disable=SC2016 # make's $(...), literally
+echo 'INCLUDE_DIR:=$(TOPDIR)/include' >"$top/rules.mk"
+cat >"$top/include/package.mk" <<'MK'
+define BuildPackage
+  VARIANT:=
+  PROVIDES:=
+  CONFLICTS:=
+  TITLE:=
+  $$(eval $$(Package/$(1)))
+  $$(info package $(1) variant=$$(VARIANT) provides=$$(PROVIDES) conflicts=$$(CONFLICTS) title=$$(strip $$(TITLE)))
+  $$(info description $(1): $$(strip $$(Package/$(1)/description)))
+  $$(info install $(1): $$(if $$(filter $$(Package/nodeportd/install),$$(Package/$(1)/install)),same,other))
+endef
+compile: ; $(Build/Compile)
+MK
+cat >"$top/feeds/packages/lang/rust/rust-package.mk" <<'MK'
+define Build/Compile/Cargo
+	@echo "cargo install$(if $(strip $(RUST_PKG_FEATURES)), --features $(strip $(RUST_PKG_FEATURES)))$(if $(2), $(strip $(2)))"
+endef
+Build/Compile=$(call Build/Compile/Cargo)
+RustBinPackage=
+MK
+mk_out() { make -s --no-print-directory -C "$pkg/nodeportd" TOPDIR="$top" BUILD_VARIANT="$1" compile 2>&1; }
+base_out=$(mk_out base)
+cluster_out=$(mk_out cluster)
+check "Makefile: nodeportd is the default variant, without PROVIDES or CONFLICTS" \
+	grep -qx 'package nodeportd variant=base provides= conflicts= title=Kubernetes NodePort and ClusterIP Services on the router' <<<"$base_out"
+check "Makefile: nodeportd-cluster is the variant cluster, provides and conflicts with nodeportd" \
+	grep -qx 'package nodeportd-cluster variant=cluster provides=nodeportd conflicts=nodeportd title=.* (cluster mode)' <<<"$base_out"
+check "Makefile: both install the same files" bash -c "
+	grep -qx 'install nodeportd: same' <<<'$base_out' && grep -qx 'install nodeportd-cluster: same' <<<'$base_out'"
+check "Makefile: the base builds without default features (no pod routes, no cluster mode)" \
+	grep -qx 'cargo install --no-default-features' <<<"$base_out"
+check "Makefile: the cluster variant builds with --features cluster" \
+	grep -qx 'cargo install --features cluster' <<<"$cluster_out"
+check "ipk and apk: the variant's description is the Makefile's" bash -c "
+	want=\$(sed -n 's/^description nodeportd-cluster: //p' <<<'$base_out' | tr -s ' ')
+	got=\$(sed -n '/^Description:/,\$p' '$c' | sed 's/^Description: //; s/^ //' | paste -sd' ' - | tr -s ' ')
+	[ \"\$want\" = \"\$got\" ] && jq -e --arg d \"\$want\" '.info.description == \$d' '$j' >/dev/null"
+
 # --- refusals ---
 mkdir -p "$work/wrong/cluster/$t"
 cp "$d/$t/nodeportd" "$work/wrong/cluster/$t/nodeportd"
