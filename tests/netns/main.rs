@@ -40,6 +40,17 @@ fn rendered_ruleset_carries_traffic() {
     std::fs::write(&file, render(&build(&test_input(&objs)))).unwrap();
     t.sh("rt", &format!("nft -f {}", file.display()));
     scenarios::run_all(&t, true);
+
+    // The loopback guard's check can fail: without filter-input's drop rule for
+    // 127.0.0.0/8 the same SYN reaches the router's listener (CVE-2020-8558).
+    let handle = t.sh("rt", "nft -a list chain inet nodeportd filter-input | sed -n 's|.*127.0.0.0/8.*# handle ||p'");
+    t.sh("rt", &format!("nft delete rule inet nodeportd filter-input handle {}", handle.trim()));
+    assert_eq!(
+        scenarios::syn_to_router_loopback(&t),
+        "synack",
+        "without the guard the SYN went unanswered: the check proves nothing"
+    );
+    eprintln!("ok: without the 127.0.0.0/8 drop rule the same SYN gets a SYN-ACK from the router's listener");
 }
 
 /// The builder's input for the test objects on the test router.

@@ -46,6 +46,16 @@ impl Held {
     }
 }
 
+/// A helper process started by `Topo::background`, killed on drop.
+pub struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 pub struct Topo {
     pub prefix: String,
     children: Vec<Child>,
@@ -230,6 +240,22 @@ impl Topo {
             BufReader::new(stdout).read_line(&mut line).expect("backend output");
             assert_eq!(line.trim(), "ready", "backend {r} did not start");
         }
+    }
+
+    /// Starts a helper process in a namespace, waits for its "ready" line and returns a
+    /// guard that kills it when dropped (also when a check panics).
+    pub fn background(&self, role: &str, program: &str, args: &[&str]) -> Background {
+        let mut child = self
+            .cmd(role, program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout")).read_line(&mut line).expect("helper output");
+        let guard = Background(child);
+        assert_eq!(line.trim(), "ready", "{program} {args:?} in {role} did not start");
+        guard
     }
 
     /// `count` requests from a namespace; one answer ("NAME CLIENT_IP") or "ERR ..." each.
