@@ -118,15 +118,15 @@ fn wait_for(t: &Topo, role: &str, what: &str, line: &str, limit: Duration) -> Du
     }
 }
 
-/// The `echo-v4` EndpointSlice of `objects.json` without the endpoint at `ip`.
-fn echo_slice_without(ip: &str) -> String {
+/// The EndpointSlice `name` of `objects.json` without the endpoint at `ip`.
+fn slice_without(name: &str, ip: &str) -> String {
     let list: serde_json::Value = serde_json::from_str(OBJECTS).unwrap();
     let mut slice = list["items"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|o| o["metadata"]["name"] == "echo-v4")
-        .expect("echo-v4 in objects.json")
+        .find(|o| o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in objects.json"))
         .clone();
     let endpoints = slice["endpoints"].as_array_mut().unwrap();
     endpoints.retain(|e| e["addresses"][0] != ip);
@@ -154,6 +154,43 @@ fn contested_answers(t: &Topo, count: u32) -> std::collections::BTreeSet<String>
         .iter()
         .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
         .collect()
+}
+
+/// The backend every one of `count` requests to NodePort `port` went to (panics if they
+/// failed or went to more than one).
+fn stuck_to(t: &Topo, port: u16, count: u32) -> String {
+    let lines = t.probe("cl", "tcp", "198.18.1.1", port, count, 2.0);
+    let backends: std::collections::BTreeSet<String> =
+        lines.iter().map(|l| l.split_whitespace().next().unwrap_or("").to_string()).collect();
+    assert!(
+        backends.len() == 1 && lines.iter().all(|l| l.starts_with('b')),
+        "198.18.1.1:{port} did not stick to one backend: {lines:#?}\n{}",
+        t.debug()
+    );
+    backends.into_iter().next().unwrap()
+}
+
+/// sessionAffinity with `timeoutSeconds: 2` (service `brief`): requests within the window
+/// stick; after a pause longer than the timeout the choice is made afresh, so over
+/// spaced rounds both endpoints answer (each fresh round repeats the previous endpoint
+/// with probability 1/2: all of 11 do with 2^-11, below 0.05 %).
+fn affinity_expires(t: &Topo) {
+    let mut seen = std::collections::BTreeSet::new();
+    let start = Instant::now();
+    for round in 0..12 {
+        if round > 0 {
+            std::thread::sleep(Duration::from_millis(2600));
+        }
+        seen.insert(stuck_to(t, 30031, 3));
+        if seen.len() == 2 {
+            eprintln!("ok: ClientIP affinity with a 2 s timeout stuck within the window and chose afresh after it: both endpoints after {} rounds ({:?})", round + 1, start.elapsed());
+            return;
+        }
+    }
+    panic!(
+        "the affinity of 198.18.1.1:30031 did not expire: 12 rounds 2.6 s apart all went to {seen:?}\n{}",
+        t.debug()
+    );
 }
 
 /// Ignored by a plain `cargo test` (it needs the release-grade daemon and takes a while);
@@ -211,6 +248,29 @@ fn daemon_carries_traffic() {
     assert!(lb.contains("198.18.3.50"), "the stored LoadBalancer service lost its ingress IP: {lb}");
     scenarios::run_all(&t, true);
 
+    affinity_expires(&t);
+
+    // Stale affinity: the client sticks to one endpoint of `sticky`; when that endpoint
+    // leaves the EndpointSlice its affinity goes with it, and every request goes to the
+    // other one, none failing.
+    let stuck = stuck_to(&t, 30030, 3);
+    let (gone, stays) = if stuck == "b1" { ("198.18.2.11", "b2") } else { ("198.18.2.12", "b1") };
+    let slice = dir.path().join("sticky-v4.json");
+    std::fs::write(&slice, slice_without("sticky-v4", gone)).unwrap();
+    eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
+    let aff_gone = format!("! nft list table inet nodeportd | grep -q 'set aff4-.*default/sticky/tcp/80__{gone}/8080'");
+    wait_for(&t, "rt", "the removed endpoint's affinity set gone", &aff_gone, Duration::from_secs(5));
+    let lines = t.probe("cl", "tcp", "198.18.1.1", 30030, 20, 2.0);
+    assert!(
+        lines.iter().all(|l| l.starts_with(stays)),
+        "after {gone} left sticky, the client stuck to it did not move to {stays} only: {lines:#?}\n{}",
+        t.debug()
+    );
+    eprintln!("ok: sticky: the client stuck to {stuck}; with {gone} removed all 20 requests went to {stays}");
+    std::fs::write(&slice, slice_without("sticky-v4", "none")).unwrap();
+    eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
+    wait_for(&t, "rt", "the endpoint back in sticky", &aff_gone.replacen("! ", "", 1), Duration::from_secs(5));
+
     // Stale UDP conntrack: a client keeps one socket (one conntrack entry) to the echo
     // service; when its endpoint goes away, the next datagram must reach the other one
     // instead of the old entry pinning it to the removed endpoint (which still answers).
@@ -222,7 +282,7 @@ fn daemon_carries_traffic() {
         _ => panic!("udp echo via the NodePort did not answer: {first:?}"),
     };
     let slice = dir.path().join("echo-v4.json");
-    std::fs::write(&slice, echo_slice_without(gone)).unwrap();
+    std::fs::write(&slice, slice_without("echo-v4", gone)).unwrap();
     eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
     let removed = format!("! nft list map inet nodeportd nodeport-backends-v4 | grep -q ': {gone} . 7'");
     wait_for(&t, "rt", "the endpoint's removal in the kernel", &removed, Duration::from_secs(5));
