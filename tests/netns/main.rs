@@ -170,6 +170,24 @@ fn stuck_to(t: &Topo, port: u16, count: u32) -> String {
     backends.into_iter().next().unwrap()
 }
 
+/// The address of backend `b1`/`b2`.
+fn backend_ip(name: &str) -> &'static str {
+    match name {
+        "b1" => "198.18.2.11",
+        "b2" => "198.18.2.12",
+        other => panic!("not a backend: {other}"),
+    }
+}
+
+/// Whether the affinity set of service `svc` (port 80) for endpoint `ip`:8080 holds `client`.
+fn affinity_holds(t: &Topo, svc: &str, ip: &str, client: &str) -> bool {
+    let table = t.sh("rt", "nft list table inet nodeportd");
+    let head = format!("default/{svc}/tcp/80__{ip}/8080 {{");
+    let mut lines = table.lines().skip_while(|l| !(l.trim_start().starts_with("set aff4-") && l.ends_with(&head)));
+    assert!(lines.next().is_some(), "no affinity set for {svc} endpoint {ip} in the kernel:\n{table}");
+    lines.take_while(|l| l.trim() != "}").any(|l| l.contains(client))
+}
+
 /// sessionAffinity with `timeoutSeconds: 2` (service `brief`): requests within the window
 /// stick; after a pause longer than the timeout the choice is made afresh, so over
 /// spaced rounds both endpoints answer (each fresh round repeats the previous endpoint
@@ -359,6 +377,13 @@ fn daemon_carries_traffic() {
     // daemon stops and starts (no gap), and the new daemon compares the table with the
     // kernel's instead of replacing it.
     let args = ["--config", &config, "--socket", &socket, "--state-dir", &state, "--log", "stderr"];
+    // The client sticks to one endpoint of `sticky` before the restart (affinity lives in
+    // the kernel's dynamic sets, which the restarted daemon must not clear).
+    let stuck = stuck_to(&t, 30030, 3);
+    assert!(
+        affinity_holds(&t, "sticky", backend_ip(&stuck), "198.18.1.2"),
+        "the client stuck to {stuck} is not in its affinity set: the check after the restart proves nothing"
+    );
     // The client runs on its own while the daemon is stopped and started again.
     let probe = t
         .cmd("cl", "python3")
@@ -377,6 +402,17 @@ fn daemon_carries_traffic() {
     let status = t.sh("rt", &format!("{bin} ctl --socket {socket} status -o json")).replace([' ', '\n'], "");
     assert!(status.contains("\"fullSyncs\":0"), "the restart replaced the table: {status}");
     eprintln!("ok: 300 connections across a daemon restart, none failed; the table was compared, not replaced");
+    // Checked in the kernel first (a new request would re-add the client), then with traffic.
+    let kept = affinity_holds(&t, "sticky", backend_ip(&stuck), "198.18.1.2");
+    let after = t.probe("cl", "tcp", "198.18.1.1", 30030, 5, 2.0);
+    assert!(
+        kept && after.iter().all(|l| l.starts_with(&stuck)),
+        "the client's affinity to {stuck} did not survive the restart (client in the kernel's set: {kept}): {after:#?}\n{}",
+        t.debug()
+    );
+    eprintln!(
+        "ok: the client's affinity to {stuck} survived the daemon restart (in the kernel's set and with traffic)"
+    );
 
     // SIGTERM stops the daemon but leaves the rules: traffic keeps flowing.
     t.terminate(restarted, Duration::from_secs(5));
