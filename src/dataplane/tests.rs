@@ -707,6 +707,50 @@ mod against_the_fake {
         assert_in_sync(&mut s, &live2);
     }
 
+    /// The clients an affinity set remembers are added by the packet path, not by us: a
+    /// repair, the resync timer and a restart keep them (a client stays on its endpoint),
+    /// while a real drift next to them is still repaired.
+    #[test]
+    fn the_packet_paths_affinity_entries_survive_a_repair_and_a_restart() {
+        let live = live();
+        let mut s = started(&live);
+        let client = vec![198, 18, 1, 2];
+        let mut aff = String::new();
+        // The packet path's `update @aff4-… { ip saddr }` bumps no generation.
+        s.kernel_mut().tamper(T, Notify::Silent, |t| {
+            aff = t.set_names().into_iter().find(|n| n.starts_with("aff4-")).expect("the affinity case has a set");
+            t.add_element(&aff, client.clone());
+        });
+        let remembered = |s: &mut Syncer<Fake>| {
+            let mut found = false;
+            s.kernel_mut().tamper(T, Notify::Silent, |t| found = t.elements(&aff).iter().any(|e| e.key == client));
+            found
+        };
+        assert_in_sync(&mut s, &live);
+
+        // A foreign change next to it: repaired by difference, the client kept.
+        s.kernel_mut().tamper(T, Notify::Event, |t| {
+            assert!(t.remove_element("service-backends-v4", |_| true));
+        });
+        let a = on_event(&mut s).expect("a foreign change asks for a check").result.unwrap();
+        assert!(a.committed && !a.replaced, "{a:?}");
+        assert_in_sync(&mut s, &live);
+        assert!(remembered(&mut s), "the repair deleted the packet path's affinity entry");
+
+        // The resync timer with a foreign commit since: compared, nothing of ours to send.
+        s.kernel_mut().tamper(T, Notify::Silent, |t| t.add_chain("intruder"));
+        let (o, _) = block(s.sync(request(&live, &[], false, true), 1));
+        assert!(o.result.unwrap().committed);
+        assert!(remembered(&mut s), "the resync deleted the packet path's affinity entry");
+
+        // A restart on the same table: compared, nothing sent, the client still remembered.
+        let mut fresh = Syncer::new(Some(std::mem::take(s.kernel_mut())));
+        fresh.kernel_mut().has_events = true;
+        let a = sync(&mut fresh, &live, &[], true);
+        assert!(!a.committed && !a.replaced, "a restart on an intact table sends nothing: {a:?}");
+        assert!(remembered(&mut fresh), "the restart deleted the packet path's affinity entry");
+    }
+
     use proptest::prelude::*;
 
     /// Endpoints a step can give a service (as in the planner's property test).

@@ -234,7 +234,9 @@ pub fn diff(desired: &Ruleset, kernel: &KernelTable) -> Result<Vec<String>, NftE
             }
         }
         want.sort();
-        if want != k.elements {
+        // The packet path adds to a dynamic set: only ours must be there.
+        let differs = if s.flags.dynamic { want.iter().any(|e| !k.elements.contains(e)) } else { want != k.elements };
+        if differs {
             out.push(format!(
                 "set {}: {} elements in the kernel, want {} (or contents differ)",
                 s.name,

@@ -101,10 +101,12 @@ pub fn repair(base: &Ruleset, parts: &[Part<'_>], kernel: &KernelTable) -> Resul
             }
             continue;
         }
+        // A dynamic set's elements beyond ours are the packet path's (the clients an
+        // affinity set remembers): state to keep, not drift.
         let gone: Vec<Attr> = k
             .elements
             .iter()
-            .filter(|e| !encoded.contains_key(*e))
+            .filter(|e| !s.flags.dynamic && !encoded.contains_key(*e))
             .map(|e| {
                 Attr::nested(
                     super::wire::LIST_ELEM,
