@@ -3,7 +3,8 @@
 # on tmpfs, network namespaces that are removed on exit, and the daemon stopped on exit.
 #   work_prefix=NAME; . benches/netns.sh      # sets $work; the caller sets $prefix and $daemon_pid
 # tmpfs: the state store fsyncs every object; flash wear is not what the benches measure.
-work=$(mktemp -d "/dev/shm/${work_prefix:-npbench}.XXXXXX")
+# BENCH_DIR puts it elsewhere (a disk, to read the state from it: benches/start.sh COLD=1).
+work=$(mktemp -d "${BENCH_DIR:-/dev/shm}/${work_prefix:-npbench}.XXXXXX")
 namespaces=()
 daemon_pid=""
 

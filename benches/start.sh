@@ -12,7 +12,9 @@
 #
 # Environment: NODEPORTD_BIN (skip `cargo build --release`; may be a wrapper script, e.g.
 # one that runs the daemon under heaptrack), STATE (reuse a state directory made by an
-# earlier run with KEEP=1 instead of loading), KEEP=1 (keep the scratch directory).
+# earlier run with KEEP=1 instead of loading), KEEP=1 (keep the scratch directory),
+# BENCH_DIR (where the scratch directory and the state live; default /dev/shm), COLD=1
+# (drop the page cache before each start, so the state is read from BENCH_DIR's disk).
 set -euo pipefail
 
 if [ "$(id -u)" != 0 ]; then
@@ -59,6 +61,10 @@ fi
 
 for r in $(seq 1 "$runs"); do
     mkns "${prefix}-d$r"
+    if [ "${COLD:-0}" = 1 ]; then
+        sync
+        echo 3 >/proc/sys/vm/drop_caches
+    fi
     python3 "$py" run --netns "${prefix}-d$r" --bin "$bin" --config "$cfg" --socket "$sock" \
         --log "$work/run.log" --n "$n" --changes 0 |
         python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({k: r[k] for k in (
