@@ -10,7 +10,7 @@
 # ingress IP (a firewall chain per service); benches/daemon.py `in_share` says which.
 # Every configuration is loaded through the socket into a state directory of its own
 # first; then ROUNDS rounds, each starting the daemon once on every configuration in the
-# order given (interleaved), in a fresh network namespace: process start -> in sync, the
+# order given (interleaved), on a copy of that state, in a fresh network namespace: process start -> in sync, the
 # worker's full sync, then CHANGES one-endpoint changes alternately of a plain service and
 # of one with the behaviour, each timed from the API answer to the kernel's commit.
 # Results: one JSON line per start in $RESULTS, then the markdown tables on stdout.
@@ -84,9 +84,13 @@ for r in $(seq 1 "$rounds"); do
         args=$(shares "$c")
         dir="$work/${c//:/-}"
         echo "== round $r, $c: start and $changes one-endpoint changes (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+        # Every start from a copy of the loaded state: the changes are stored too.
+        rm -rf "$dir/run-state"
+        cp -a "$dir/state" "$dir/run-state"
+        bench_config "$dir/run.toml" "$dir/nodeportd.sock" "$dir/run-state"
         mkns "${prefix}-d"
         # shellcheck disable=SC2086
-        python3 "$py" run --netns "${prefix}-d" --bin "$bin" --config "$dir/nodeportd.toml" \
+        python3 "$py" run --netns "${prefix}-d" --bin "$bin" --config "$dir/run.toml" \
             --socket "$dir/nodeportd.sock" --log "$dir/run.log" --changes "$changes" $args >>"$results"
         tail -n 1 "$results" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps(
             {k: r[k] for k in ("start_to_in_sync_ms", "first_sync_ms", "first_messages", "by_kind")}))' >&2
