@@ -528,10 +528,10 @@ def cmd_costreport(a):
           " × the 0 % row | messages |")
     print("|---:|---|---:|---:|---:|---:|---:|")
     for (n, what, share), rs in sorted(rows.items(), key=order):
-        b = base.get(n, rs)
-        ratio = [r["first_sync_ms"] / max(1, x["first_sync_ms"]) for r, x in zip(rs, b)]
+        ratio = [r["first_sync_ms"] / max(1, x["first_sync_ms"]) for r, x in zip(rs, base.get(n, []))]
         print(f"| {n} | {what} | {share} % | {j(r['start_to_in_sync_ms'] for r in rs)} |"
-              f" {j(r['first_sync_ms'] for r in rs)} | {j(ratio, '{:.2f}')}× | {j(r['first_messages'] for r in rs)} |")
+              f" {j(r['first_sync_ms'] for r in rs)} | {j(ratio, '{:.2f}') + '×' if ratio else '—'} |"
+              f" {j(r['first_messages'] for r in rs)} |")
     print("\nOne endpoint of one service changed (`endpoints.apply`), API answer → kernel commit (NEWGEN),"
           " ms, p50 / p95 (max), all rounds together; a plain service and one with the behaviour:\n")
     print("| services | objects for | share | plain: answer → commit | plain: messages |"
