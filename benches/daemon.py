@@ -3,17 +3,23 @@
 JSON-RPC to the daemon's Unix socket, and takes the timings. Standard library only.
 
 Subcommands (each prints one JSON object on stdout):
-  load  --socket S --n N                 load N Services + N EndpointSlices over one connection
+  load  --socket S --n N [--affinity P] [--ranges P]
+                                          load N Services + N EndpointSlices over one connection;
+                                          P % of them with sessionAffinity: ClientIP (--affinity)
+                                          or LoadBalancers with loadBalancerSourceRanges (--ranges)
   run   --netns NS --bin B --config C --socket S --n N --changes K
                                           start the daemon in NS, time its first full sync
                                           and `status` meanwhile, read its RSS, then time K
-                                          one-endpoint changes to their nf_tables commit
+                                          one-endpoint changes to their nf_tables commit (with
+                                          --affinity/--ranges as at load: alternately of a plain
+                                          service and of one of those, summed up apart)
   dryrun --netns NS --bin B --config C --socket S --out FILE
                                           start `nodeportd --dry-run`, keep the first ruleset
   kp    --out FILE --n N                  the same services as nft text in the kube-proxy shape (the anchor)
   nftf  --netns NS --file F --repeat R --label kp|ours
                                           time `nft -f F` into the (fresh) namespace NS
   report RESULTS.jsonl                    the markdown tables for docs/benchmarks.md
+  costreport RESULTS.jsonl                the tables of benches/percost.sh (per-service objects)
 """
 
 import argparse
@@ -38,6 +44,9 @@ EP_BASE = (198 << 24) | (18 << 16) | (16 << 8)
 NEW_EP_BASE = (198 << 24) | (18 << 16) | (192 << 8)
 EP_PORT = 8080
 NODEPORT_EVERY = 10  # every 10th service is a NodePort (the range holds 2768 ports)
+# --ranges: LoadBalancer ingress IPs from 198.18.140.0 on (past the endpoints' 198.18.133.x).
+LB_BASE = (198 << 24) | (18 << 16) | (140 << 8)
+SOURCE_RANGES = ["198.18.0.0/16", "10.0.0.0/8"]
 
 
 def ip4(n):
@@ -61,8 +70,14 @@ def svc_name(i):
     return f"bench-{i:05d}"
 
 
-def service(i):
-    return {
+def in_share(i, pct):
+    """Whether service i is among the `pct` % (0-100) that get a behaviour: i + 1 = 0..pct-1
+    modulo 100, so 1 % is i = 99, 199, ... and 10 % holds one NodePort in ten, as the rest."""
+    return (i + 1) % 100 < pct
+
+
+def service(i, affinity=0, ranges=0):
+    s = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": svc_name(i), "namespace": NAMESPACE},
@@ -72,6 +87,15 @@ def service(i):
             "ports": [{"name": "http", "port": 80, "targetPort": EP_PORT, "protocol": "TCP"}],
         },
     }
+    if in_share(i, affinity):
+        s["spec"]["sessionAffinity"] = "ClientIP"
+    if in_share(i, ranges):
+        # A LoadBalancer with the ingress its controller assigned (the one part of `status`
+        # the daemon takes from a request); NodePorts only where the service had one.
+        s["spec"].update(type="LoadBalancer", loadBalancerSourceRanges=SOURCE_RANGES,
+                         allocateLoadBalancerNodePorts=i % NODEPORT_EVERY == 0)
+        s["status"] = {"loadBalancer": {"ingress": [{"ip": ip4(LB_BASE + i)}]}}
+    return s
 
 
 def slice_(i, addrs):
@@ -172,13 +196,13 @@ def cmd_load(a):
     batch = 200
     for start in range(0, a.n, batch):
         idx = range(start, min(a.n, start + batch))
-        rpc.send_many([("service.apply", {"object": service(i)}) for i in idx])
+        rpc.send_many([("service.apply", {"object": service(i, a.affinity, a.ranges)}) for i in idx])
         rpc.send_many([("endpoints.apply", {"object": slice_(i, initial_endpoints(i))}) for i in idx])
     t_api = time.perf_counter() - t0
     dp = wait_settled(rpc)
     st = rpc.call("status")
     rpc.close()
-    json.dump({"n": a.n, "load_api_s": t_api, "load_generations": dp["generation"],
+    json.dump({"n": a.n, "affinity": a.affinity, "ranges": a.ranges, "load_api_s": t_api, "load_generations": dp["generation"],
                "services": st["objects"]["services"], "endpointSlices": st["objects"]["endpointSlices"]},
               sys.stdout)
     print()
@@ -286,12 +310,18 @@ def cmd_run(a):
         time.sleep(2.0)  # idle
         mem = rss_kib(p.pid)
 
-        # One-endpoint changes, spread over the services, each timed to its commit.
+        # One-endpoint changes, spread over the services, each timed to its commit;
+        # alternately of a plain service and of one with affinity or source ranges.
         commits = Commits()
         rounds = []
         eps = {}
+        plain, special = [], []
+        for i in range(a.n):
+            (special if in_share(i, a.affinity) or in_share(i, a.ranges) else plain).append(i)
+        kinds = [k for k in (plain, special) if k]
         for c in range(a.changes):
-            i = (c * 7919 + 13) % a.n
+            kind = kinds[c % len(kinds)]
+            i = kind[(c * 7919 + 13) % len(kind)]
             cur = eps.setdefault(i, initial_endpoints(i))
             cur[c % 3] = ip4(NEW_EP_BASE + c)
             g0 = wait_settled(rpc, quiet=0.3, limit=600.0)["generation"]
@@ -308,7 +338,7 @@ def cmd_run(a):
                 if dp["generation"] > g0:
                     break
                 time.sleep(0.0005)
-            rounds.append({"service": i, "rtt_ms": (t_answer - ts) * 1e3,
+            rounds.append({"service": i, "special": kind is special, "rtt_ms": (t_answer - ts) * 1e3,
                            "commit_ms": (t_commit - ts) * 1e3,
                            "answer_to_commit_ms": (t_commit - t_answer) * 1e3,
                            "sync_ms": dp["lastSyncMillis"], "messages": dp["lastMessages"],
@@ -319,14 +349,14 @@ def cmd_run(a):
     finally:
         stop_daemon(p)
 
-    def summary(key):
-        xs = [r[key] for r in rounds]
+    def summary(key, which=None):
+        xs = [r[key] for r in rounds if which is None or r["special"] == which]
         if not xs:  # --changes 0: the start only (benches/start.sh)
             return None
         return {"p50": pct(xs, 50), "p95": pct(xs, 95), "max": max(xs)}
 
     json.dump({
-        "n": a.n,
+        "n": a.n, "affinity": a.affinity, "ranges": a.ranges,
         "start_to_socket_ms": t_socket * 1e3,
         "start_to_in_sync_ms": t_sync * 1e3,
         "first_sync_ms": first["lastSyncMillis"],
@@ -340,6 +370,11 @@ def cmd_run(a):
         "answer_to_commit_ms": summary("answer_to_commit_ms"),
         "sync_ms": summary("sync_ms"),
         "messages": sorted({r["messages"] for r in rounds}),
+        "by_kind": {name: {"changes": sum(r["special"] == w for r in rounds),
+                           "answer_to_commit_ms": summary("answer_to_commit_ms", w),
+                           "commit_ms": summary("commit_ms", w), "sync_ms": summary("sync_ms", w),
+                           "messages": sorted({r["messages"] for r in rounds if r["special"] == w})}
+                    for name, w in (("plain", False), ("special", True))},
         "syncs_at_start": settled["generation"], "full_syncs_at_start": settled["fullSyncs"],
         "last_start_sync_ms": settled["lastSyncMillis"],
         "full_syncs_during_changes": st["dataplane"]["fullSyncs"] - settled["fullSyncs"],
@@ -476,13 +511,57 @@ def cmd_report(a):
         print(f"| {n} | {s('rtt_ms')} | {s('commit_ms')} | {s('answer_to_commit_ms')} | {s('sync_ms')} | {msgs} |")
 
 
+def cmd_costreport(a):
+    """benches/percost.sh's tables: one row per (services, behaviour, share), the rounds of
+    a row side by side; ratios against the 0 % row of the same size and round."""
+    runs = [json.loads(line) for line in open(a.results) if line.strip()]
+    runs = [r for r in runs if "first_sync_ms" in r]
+    rows = {}
+    for r in runs:
+        what = "affinity" if r["affinity"] else "ranges" if r["ranges"] else "none"
+        rows.setdefault((r["n"], what, r["affinity"] or r["ranges"]), []).append(r)
+    base = {n: rs for (n, what, _), rs in rows.items() if what == "none"}
+    order = lambda kv: (-kv[0][0], kv[0][1] != "none", kv[0][1], kv[0][2])  # noqa: E731
+    j = lambda xs, f="{:.0f}": " / ".join(f.format(x) for x in xs)  # noqa: E731
+    print("Full sync from process start (state read from disk); rounds separated by /:\n")
+    print("| services | per-service objects for | share | start → in sync (ms) | worker's full sync (ms) |"
+          " × the 0 % row | messages |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for (n, what, share), rs in sorted(rows.items(), key=order):
+        ratio = [r["first_sync_ms"] / max(1, x["first_sync_ms"]) for r, x in zip(rs, base.get(n, []))]
+        print(f"| {n} | {what} | {share} % | {j(r['start_to_in_sync_ms'] for r in rs)} |"
+              f" {j(r['first_sync_ms'] for r in rs)} | {j(ratio, '{:.2f}') + '×' if ratio else '—'} |"
+              f" {j(r['first_messages'] for r in rs)} |")
+    print("\nOne endpoint of one service changed (`endpoints.apply`), API answer → kernel commit (NEWGEN),"
+          " ms, p50 / p95 (max), all rounds together; a plain service and one with the behaviour:\n")
+    print("| services | objects for | share | plain: answer → commit | plain: messages |"
+          " with it: answer → commit | with it: messages | with it: worker's sync p50 (ms) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for (n, what, share), rs in sorted(rows.items(), key=order):
+        cells = []
+        for kind in ("plain", "special"):
+            xs = [x for r in rs for x in r["rounds"] if x["special"] == (kind == "special")]
+            if not xs:
+                cells += ["—", "—"] + (["—"] if kind == "special" else [])
+                continue
+            t = [x["answer_to_commit_ms"] for x in xs]
+            cells += [f"{pct(t, 50):.2f} / {pct(t, 95):.2f} ({max(t):.2f})",
+                      ", ".join(str(m) for m in sorted({x["messages"] for x in xs}))]
+            if kind == "special":
+                cells.append(f"{pct([x['sync_ms'] for x in xs], 50)}")
+        print(f"| {n} | {what} | {share} % | " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("load")
+    shares = argparse.ArgumentParser(add_help=False)
+    shares.add_argument("--affinity", type=int, default=0, help="%% of services with sessionAffinity: ClientIP")
+    shares.add_argument("--ranges", type=int, default=0, help="%% LoadBalancers with loadBalancerSourceRanges")
+    p = sub.add_parser("load", parents=[shares])
     p.add_argument("--socket", required=True)
     p.add_argument("--n", type=int, required=True)
-    p = sub.add_parser("run")
+    p = sub.add_parser("run", parents=[shares])
     for k in ("--netns", "--bin", "--config", "--socket", "--log"):
         p.add_argument(k, required=True)
     p.add_argument("--n", type=int, required=True)
@@ -502,8 +581,11 @@ def main():
     p.add_argument("--label", default="kp", help="kp: the kube-proxy shape (the anchor); ours: the dry-run text")
     p = sub.add_parser("report")
     p.add_argument("results")
+    p = sub.add_parser("costreport")
+    p.add_argument("results")
     a = ap.parse_args()
-    {"load": cmd_load, "run": cmd_run, "kp": cmd_kp, "dryrun": cmd_dryrun, "nftf": cmd_nftf, "report": cmd_report}[a.cmd](a)
+    {"load": cmd_load, "run": cmd_run, "kp": cmd_kp, "dryrun": cmd_dryrun, "nftf": cmd_nftf, "report": cmd_report,
+     "costreport": cmd_costreport}[a.cmd](a)
 
 
 if __name__ == "__main__":

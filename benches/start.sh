@@ -14,7 +14,9 @@
 # one that runs the daemon under heaptrack), STATE (reuse a state directory made by an
 # earlier run with KEEP=1 instead of loading), KEEP=1 (keep the scratch directory),
 # BENCH_DIR (where the scratch directory and the state live; default /dev/shm), COLD=1
-# (drop the page cache before each start, so the state is read from BENCH_DIR's disk).
+# (drop the page cache before each start, so the state is read from BENCH_DIR's disk),
+# AFFINITY / RANGES (the % of services loaded with session affinity / source ranges:
+# benches/daemon.py load --affinity / --ranges).
 set -euo pipefail
 
 if [ "$(id -u)" != 0 ]; then
@@ -52,7 +54,7 @@ if [ -z "${STATE:-}" ]; then
     mkns "${prefix}-l"
     ip netns exec "${prefix}-l" "$bin" --config "$cfg" >>"$work/load.log" 2>&1 &
     daemon_pid=$!
-    python3 "$py" load --socket "$sock" --n "$n" >&2
+    python3 "$py" load --socket "$sock" --n "$n" --affinity "${AFFINITY:-0}" --ranges "${RANGES:-0}" >&2
     kill -TERM "$daemon_pid"
     wait "$daemon_pid" || true
     daemon_pid=""
