@@ -316,6 +316,9 @@ fn daemon_carries_traffic() {
     };
     assert!(second.starts_with(stays), "3 s after {gone} left the echo service the same socket still got {second:?}");
     eprintln!("ok: stale UDP conntrack to {gone} removed: the same client socket now reaches {stays}");
+    std::fs::write(&slice, slice_without("echo-v4", "none")).unwrap();
+    eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
+    wait_for(&t, "rt", "the endpoint back in echo", &removed.replacen("! ", "", 1), Duration::from_secs(5));
 
     // Two services claim the same externalIP and port: the kernel would refuse a second
     // map element with that key (and the whole transaction with it). The first service
@@ -384,6 +387,20 @@ fn daemon_carries_traffic() {
         affinity_holds(&t, "sticky", backend_ip(&stuck), "198.18.1.2"),
         "the client stuck to {stuck} is not in its affinity set: the check after the restart proves nothing"
     );
+    // Established flows: UDP sockets opened before the restart (a conntrack entry each)
+    // keep their endpoint while the daemon is down and after the new one is in sync.
+    let mut flows: Vec<_> = (0..8).map(|_| t.udp_hold("cl", "198.18.1.1", 30007)).collect();
+    let mut ask_all = |when: &str| -> Vec<String> {
+        flows
+            .iter_mut()
+            .map(|h| {
+                let a = h.ask();
+                assert!(a.starts_with('b'), "an established UDP flow got no answer {when}: {a:?}");
+                a.split_whitespace().next().unwrap_or_default().to_string()
+            })
+            .collect()
+    };
+    let established = ask_all("before the restart");
     // The client runs on its own while the daemon is stopped and started again.
     let probe = t
         .cmd("cl", "python3")
@@ -393,6 +410,7 @@ fn daemon_carries_traffic() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     t.terminate(daemon, Duration::from_secs(5));
+    assert_eq!(ask_all("while the daemon is down"), established, "an established flow moved while the daemon was down");
     let restarted = t.spawn("rt", bin, &args).id();
     let out = probe.wait_with_output().unwrap();
     let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
@@ -402,6 +420,8 @@ fn daemon_carries_traffic() {
     let status = t.sh("rt", &format!("{bin} ctl --socket {socket} status -o json")).replace([' ', '\n'], "");
     assert!(status.contains("\"fullSyncs\":0"), "the restart replaced the table: {status}");
     eprintln!("ok: 300 connections across a daemon restart, none failed; the table was compared, not replaced");
+    assert_eq!(ask_all("after the restart"), established, "an established flow moved across the restart");
+    eprintln!("ok: 8 established UDP flows kept their endpoints ({established:?}) while the daemon was down and after its restart");
     // Checked in the kernel first (a new request would re-add the client), then with traffic.
     let kept = affinity_holds(&t, "sticky", backend_ip(&stuck), "198.18.1.2");
     let after = t.probe("cl", "tcp", "198.18.1.1", 30030, 5, 2.0);
