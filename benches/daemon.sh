@@ -38,11 +38,6 @@ sizes=("$@")
 changes=${CHANGES:-25}
 prefix="npdb$$"
 
-bin=${NODEPORTD_BIN:-}
-if [ -z "$bin" ]; then
-    (cd "$root" && cargo build --release --bin nodeportd)
-    bin="$root/target/release/nodeportd"
-fi
 mkdir -p "$root/target/bench-daemon"
 results=${RESULTS:-$root/target/bench-daemon/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 : >"$results"
@@ -50,6 +45,7 @@ results=${RESULTS:-$root/target/bench-daemon/results-$(date -u +%Y%m%dT%H%M%SZ).
 work_prefix=npdbench
 # shellcheck source=benches/netns.sh
 . "$here/netns.sh"
+bench_bin
 
 echo "# nodeportd $("$bin" --version | cut -d' ' -f2), $(nft --version), kernel $(uname -r)," \
     "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

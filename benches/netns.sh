@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2154
-# Shared by benches/daemon.sh and benches/start.sh (sourced, not run): a scratch directory
+# Shared by benches/daemon.sh, benches/start.sh and benches/percost.sh (sourced, not run): a scratch directory
 # on tmpfs, network namespaces that are removed on exit, and the daemon stopped on exit.
 #   work_prefix=NAME; . benches/netns.sh      # sets $work; the caller sets $prefix and $daemon_pid
 # tmpfs: the state store fsyncs every object; flash wear is not what the benches measure.
@@ -24,6 +24,17 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+
+# The daemon to measure: $NODEPORTD_BIN, or a `cargo build --release` of this tree. Sets $bin.
+bench_bin() {
+    bin=${NODEPORTD_BIN:-}
+    if [ -z "$bin" ]; then
+        local tree
+        tree=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+        (cd "$tree" && cargo build --release --bin nodeportd)
+        bin="$tree/target/release/nodeportd"
+    fi
+}
 
 # A namespace with the node's address on a veth link (nodeport_addresses selects it;
 # a veth pair inside the namespace, as not every kernel has the dummy driver).

@@ -36,11 +36,6 @@ rounds=${ROUNDS:-1}
 changes=${CHANGES:-40}
 prefix="nppc$$"
 
-bin=${NODEPORTD_BIN:-}
-if [ -z "$bin" ]; then
-    (cd "$root" && cargo build --release --bin nodeportd)
-    bin="$root/target/release/nodeportd"
-fi
 mkdir -p "$root/target/bench-daemon"
 results=${RESULTS:-$root/target/bench-daemon/percost-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
 : >"$results"
@@ -48,6 +43,7 @@ results=${RESULTS:-$root/target/bench-daemon/percost-$(date -u +%Y%m%dT%H%M%SZ).
 work_prefix=nppercost
 # shellcheck source=benches/netns.sh
 . "$here/netns.sh"
+bench_bin
 
 echo "# nodeportd $("$bin" --version | cut -d' ' -f2), kernel $(uname -r), $(nproc) CPUs," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -24,21 +24,16 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(dirname "$here")
 py="$here/daemon.py"
 n=${1:?usage: benches/start.sh N [RUNS]}
 runs=${2:-3}
 prefix="npst$$"
 
-bin=${NODEPORTD_BIN:-}
-if [ -z "$bin" ]; then
-    (cd "$root" && cargo build --release --bin nodeportd)
-    bin="$root/target/release/nodeportd"
-fi
 
 work_prefix=npstart
 # shellcheck source=benches/netns.sh
 . "$here/netns.sh"
+bench_bin
 
 cfg="$work/nodeportd.toml"
 sock="$work/nodeportd.sock"
