@@ -246,10 +246,6 @@ impl Store {
     /// same order), so that only one file's bytes exist at a time and `each` decodes them
     /// straight into its own type ([`StoredText::decode`]). An error from `each` stops the
     /// read and is returned as it is.
-    ///
-    /// The kernel is told of every file of a directory that it will be read before the
-    /// first is read ([`advise`]): from a cold page cache the reads then overlap instead of
-    /// waiting one after the other.
     pub fn open_each(
         state_dir: &Path,
         mut each: impl FnMut(StoredText<'_>) -> Result<(), StoreError>,
@@ -267,14 +263,8 @@ impl Store {
                     continue;
                 }
                 let namespace = if kind == Kind::Node { String::new() } else { ns_name.to_string_lossy().into_owned() };
-                let names = read_dir_sorted(&file)?;
-                for fname in &names {
-                    file.push(fname);
-                    advise(&file);
-                    file.pop();
-                }
-                for fname in &names {
-                    file.push(fname);
+                for fname in read_dir_sorted(&file)? {
+                    file.push(&fname);
                     let fname = fname.to_string_lossy();
                     if fname.starts_with('.') && fname.ends_with(".tmp") {
                         // A write that never reached its rename: the old file (if any) is intact.
@@ -494,19 +484,6 @@ pub fn lock_state_dir(state_dir: &Path) -> Result<StateLock, StoreError> {
     file.write_all(format!("{}\n", std::process::id()).as_bytes())
         .map_err(|e| io_err(&path, "cannot write lock file", e))?;
     Ok(StateLock { _file: file })
-}
-
-/// Asks the kernel to start reading a file (`POSIX_FADV_WILLNEED` queues the read and
-/// returns; the page cache keeps what it read after the file is closed). A 10 000-service
-/// start read its 20 000 files in 1.0–1.2 s from a cold cache on a virtio disk, and in
-/// 0.6 s with them advised first (docs/benchmarks.md). Advice only: a file that does not
-/// open is named by the reader.
-fn advise(file: &Path) {
-    use std::os::fd::AsRawFd;
-    if let Ok(f) = File::open(file) {
-        // SAFETY: posix_fadvise only takes an fd, which `f` keeps open for the call.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-    }
 }
 
 /// The names in one directory, sorted: read once and compared as they are (sorting the
