@@ -31,21 +31,17 @@ for tool in ip nft python3; do
 done
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(dirname "$here")
 py="$here/daemon.py"
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(100 1000 10000)
 changes=${CHANGES:-25}
 prefix="npdb$$"
 
-mkdir -p "$root/target/bench-daemon"
-results=${RESULTS:-$root/target/bench-daemon/results-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
-: >"$results"
-
 work_prefix=npdbench
 # shellcheck source=benches/netns.sh
 . "$here/netns.sh"
 bench_bin
+bench_results results
 
 echo "# nodeportd $("$bin" --version | cut -d' ' -f2), $(nft --version), kernel $(uname -r)," \
     "$(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -36,6 +36,15 @@ bench_bin() {
     fi
 }
 
+# A fresh results file: $RESULTS, or target/bench-daemon/NAME-<time>.jsonl. Sets $results.
+bench_results() {
+    local dir
+    dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/target/bench-daemon"
+    mkdir -p "$dir"
+    results=${RESULTS:-$dir/$1-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
+    : >"$results"
+}
+
 # A namespace with the node's address on a veth link (nodeport_addresses selects it;
 # a veth pair inside the namespace, as not every kernel has the dummy driver).
 mkns() {

@@ -24,7 +24,6 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(dirname "$here")
 py="$here/daemon.py"
 configs=("$@")
 if [ ${#configs[@]} -eq 0 ]; then
@@ -36,14 +35,11 @@ rounds=${ROUNDS:-1}
 changes=${CHANGES:-40}
 prefix="nppc$$"
 
-mkdir -p "$root/target/bench-daemon"
-results=${RESULTS:-$root/target/bench-daemon/percost-$(date -u +%Y%m%dT%H%M%SZ).jsonl}
-: >"$results"
-
 work_prefix=nppercost
 # shellcheck source=benches/netns.sh
 . "$here/netns.sh"
 bench_bin
+bench_results percost
 
 echo "# nodeportd $("$bin" --version | cut -d' ' -f2), kernel $(uname -r), $(nproc) CPUs," \
     "load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
