@@ -272,7 +272,7 @@ fn daemon_carries_traffic() {
     // leaves the EndpointSlice its affinity goes with it, and every request goes to the
     // other one, none failing.
     let stuck = stuck_to(&t, 30030, 3);
-    let (gone, stays) = if stuck == "b1" { ("198.18.2.11", "b2") } else { ("198.18.2.12", "b1") };
+    let (gone, stays) = (backend_ip(&stuck), if stuck == "b1" { "b2" } else { "b1" });
     let slice = dir.path().join("sticky-v4.json");
     std::fs::write(&slice, slice_without("sticky-v4", gone)).unwrap();
     eprintln!("{}", ctl(&format!("apply -f {}", slice.display())));
